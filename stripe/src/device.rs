@@ -1,0 +1,351 @@
+//! Backing devices: the superblock each one carries, formatting, and the checks that make a
+//! mount refuse a missing, foreign, misordered or busy device.
+
+use crate::error::{Result, StripeError};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use uuid::Uuid;
+
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: &str = "stripefs";
+pub(crate) const META_DIR: &str = ".stripefs";
+const SUPERBLOCK: &str = "superblock";
+const LOCK: &str = "lock";
+pub(crate) const OBJECTS: &str = "objects";
+/// Object files are spread over this many subdirectories per device.
+pub(crate) const FANOUT: u64 = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Superblock {
+    pub magic: String,
+    pub format_version: u32,
+    pub volume_uuid: Uuid,
+    pub device_index: u32,
+    pub device_count: u32,
+    /// The volume's default layout when it was made.
+    pub stripe_size: u32,
+    pub width: u32,
+    pub created_unix: u64,
+}
+
+/// What `format` is asked to make.
+pub struct FormatOptions<'a> {
+    pub devices: &'a [PathBuf],
+    pub stripe_size: u32,
+    pub width: u32,
+    /// Overwrite devices that already hold a stripefs volume.
+    pub force: bool,
+}
+
+/// A device as found at mount.
+#[derive(Debug)]
+pub struct DeviceInfo {
+    pub index: usize,
+    pub path: PathBuf,
+    pub superblock: Superblock,
+    /// Held for the life of the mount: a second mount of the device is refused.
+    pub(crate) _lock: File,
+}
+
+fn io_err(index: usize, path: &Path, source: std::io::Error) -> StripeError {
+    StripeError::Io {
+        index,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn read_superblock(path: &Path) -> std::result::Result<Option<Superblock>, String> {
+    let file = path.join(META_DIR).join(SUPERBLOCK);
+    let text = match fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let sb: Superblock = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: damaged superblock ({e})", file.display()))?;
+    if sb.magic != MAGIC {
+        return Err(format!("{}: not a stripefs superblock", file.display()));
+    }
+    if sb.format_version != FORMAT_VERSION {
+        return Err(format!(
+            "{}: format version {} is not supported (this stripefs reads version {FORMAT_VERSION})",
+            file.display(),
+            sb.format_version
+        ));
+    }
+    Ok(Some(sb))
+}
+
+/// Takes the device's lock, or says who holds it.
+fn lock_device(index: usize, path: &Path) -> Result<File> {
+    let lock_path = path.join(META_DIR).join(LOCK);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| io_err(index, path, e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(StripeError::Devices(format!(
+            "device {} is in use by another stripefs mount{}; unmount it first",
+            path.display(),
+            match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (pid {pid})"),
+            }
+        )));
+    }
+    file.set_len(0).map_err(|e| io_err(index, path, e))?;
+    write!(file, "{}", std::process::id()).map_err(|e| io_err(index, path, e))?;
+    Ok(file)
+}
+
+/// Formats devices into a new volume and returns its uuid.
+pub fn format(opts: &FormatOptions) -> Result<Uuid> {
+    let count = opts.devices.len();
+    if count == 0 {
+        return Err(StripeError::Devices("no devices to format".into()));
+    }
+    for (index, path) in opts.devices.iter().enumerate() {
+        match read_superblock(path) {
+            Ok(Some(sb)) if !opts.force => {
+                return Err(StripeError::Devices(format!(
+                    "device {} already holds stripefs volume {} (device {} of {}); \
+                     use --force to overwrite it and lose its data",
+                    path.display(),
+                    sb.volume_uuid,
+                    sb.device_index,
+                    sb.device_count
+                )))
+            }
+            Err(e) if !opts.force => return Err(StripeError::Devices(e)),
+            _ => {}
+        }
+        if path.join(META_DIR).exists() {
+            // Refuse to wipe a device that a live mount holds, even with --force.
+            let lock = lock_device(index, path)?;
+            drop(lock);
+        }
+    }
+    let uuid = Uuid::new_v4();
+    let created_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    for (index, path) in opts.devices.iter().enumerate() {
+        let meta = path.join(META_DIR);
+        if meta.exists() {
+            fs::remove_dir_all(&meta).map_err(|e| io_err(index, path, e))?;
+        }
+        let mut builder = fs::DirBuilder::new();
+        builder.mode(0o700).recursive(true);
+        for fan in 0..FANOUT {
+            builder
+                .create(meta.join(OBJECTS).join(format!("{fan:02x}")))
+                .map_err(|e| io_err(index, path, e))?;
+        }
+        let sb = Superblock {
+            magic: MAGIC.into(),
+            format_version: FORMAT_VERSION,
+            volume_uuid: uuid,
+            device_index: index as u32,
+            device_count: count as u32,
+            stripe_size: opts.stripe_size,
+            width: opts.width,
+            created_unix,
+        };
+        let text = serde_json::to_string_pretty(&sb).expect("superblock serialises");
+        write_durably(&meta.join(SUPERBLOCK), text.as_bytes()).map_err(|e| io_err(index, path, e))?;
+    }
+    Ok(uuid)
+}
+
+fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
+}
+
+/// Reads and checks every device's superblock, in the order given, and locks them.
+pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
+    if paths.is_empty() {
+        return Err(StripeError::Devices("no devices given".into()));
+    }
+    let mut found = Vec::with_capacity(paths.len());
+    for path in paths {
+        if !path.is_dir() {
+            return Err(StripeError::Devices(format!(
+                "device {} is missing (no such directory)",
+                path.display()
+            )));
+        }
+        match read_superblock(path).map_err(StripeError::Devices)? {
+            Some(sb) => found.push(sb),
+            None => {
+                return Err(StripeError::Devices(format!(
+                    "device {} holds no stripefs volume (no {META_DIR}/{SUPERBLOCK}); \
+                     is it the right directory, and was `stripefs mkfs` run?",
+                    path.display()
+                )))
+            }
+        }
+    }
+    let first = &found[0];
+    for (i, (path, sb)) in paths.iter().zip(&found).enumerate() {
+        if sb.volume_uuid != first.volume_uuid {
+            return Err(StripeError::Devices(format!(
+                "device {} belongs to volume {}, but {} belongs to volume {}: \
+                 the devices are from different volumes",
+                path.display(),
+                sb.volume_uuid,
+                paths[0].display(),
+                first.volume_uuid
+            )));
+        }
+        if sb.device_count as usize != paths.len() {
+            return Err(StripeError::Devices(format!(
+                "volume {} has {} devices, but {} are listed (device {} says it is {} of {})",
+                sb.volume_uuid,
+                sb.device_count,
+                paths.len(),
+                path.display(),
+                sb.device_index,
+                sb.device_count
+            )));
+        }
+        if sb.device_index as usize != i {
+            let mut order: Vec<(u32, &PathBuf)> =
+                found.iter().map(|s| s.device_index).zip(paths).collect();
+            order.sort();
+            let expected: Vec<String> =
+                order.iter().map(|(_, p)| p.display().to_string()).collect();
+            return Err(StripeError::Devices(format!(
+                "device {} is device {} of volume {}, but is listed as device {i}: \
+                 devices are out of order; expected order: {}",
+                path.display(),
+                sb.device_index,
+                sb.volume_uuid,
+                expected.join(", ")
+            )));
+        }
+    }
+    let mut devices = Vec::with_capacity(paths.len());
+    for (index, (path, superblock)) in paths.iter().zip(found).enumerate() {
+        let lock = lock_device(index, path)?;
+        devices.push(DeviceInfo {
+            index,
+            path: path.clone(),
+            superblock,
+            _lock: lock,
+        });
+    }
+    Ok(devices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+        let root = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let p = root.path().join(format!("d{i}"));
+                fs::create_dir(&p).unwrap();
+                p
+            })
+            .collect();
+        (root, paths)
+    }
+
+    fn fmt(paths: &[PathBuf], force: bool) -> Result<Uuid> {
+        format(&FormatOptions {
+            devices: paths,
+            stripe_size: 65536,
+            width: paths.len() as u32,
+            force,
+        })
+    }
+
+    #[test]
+    fn format_then_open() {
+        let (_root, paths) = dirs(3);
+        let uuid = fmt(&paths, false).unwrap();
+        let devs = open_devices(&paths).unwrap();
+        assert_eq!(devs.len(), 3);
+        assert!(devs.iter().all(|d| d.superblock.volume_uuid == uuid));
+        assert_eq!(devs[2].superblock.device_index, 2);
+    }
+
+    #[test]
+    fn mkfs_refuses_a_formatted_device_without_force() {
+        let (_root, paths) = dirs(2);
+        fmt(&paths, false).unwrap();
+        let e = fmt(&paths, false).unwrap_err().to_string();
+        assert!(e.contains("already holds stripefs volume"), "{e}");
+        assert!(e.contains(&paths[0].display().to_string()), "{e}");
+        fmt(&paths, true).unwrap();
+    }
+
+    #[test]
+    fn wrong_device_sets_are_named() {
+        let (_root, paths) = dirs(4);
+        fmt(&paths[..3], false).unwrap();
+        fmt(&paths[3..], false).unwrap();
+
+        let swapped = vec![paths[1].clone(), paths[0].clone(), paths[2].clone()];
+        let e = open_devices(&swapped).unwrap_err().to_string();
+        assert!(e.contains("out of order"), "{e}");
+        assert!(e.contains(&format!("device {}", paths[1].display())), "{e}");
+
+        let short = vec![paths[0].clone(), paths[1].clone()];
+        let e = open_devices(&short).unwrap_err().to_string();
+        assert!(e.contains("has 3 devices, but 2 are listed"), "{e}");
+
+        let foreign = vec![paths[0].clone(), paths[1].clone(), paths[3].clone()];
+        let e = open_devices(&foreign).unwrap_err().to_string();
+        assert!(e.contains(&format!("device {} belongs to volume", paths[3].display())), "{e}");
+
+        let blank = _root.path().join("blank");
+        fs::create_dir(&blank).unwrap();
+        let e = open_devices(&[paths[0].clone(), paths[1].clone(), blank.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("device {} holds no stripefs volume", blank.display())), "{e}");
+
+        let gone = _root.path().join("gone");
+        let e = open_devices(&[gone.clone()]).unwrap_err().to_string();
+        assert!(e.contains(&format!("device {} is missing", gone.display())), "{e}");
+    }
+
+    #[test]
+    fn a_second_open_is_refused_while_the_first_holds_the_lock() {
+        let (_root, paths) = dirs(2);
+        fmt(&paths, false).unwrap();
+        let held = open_devices(&paths).unwrap();
+        let e = open_devices(&paths).unwrap_err().to_string();
+        assert!(e.contains("in use by another stripefs mount"), "{e}");
+        let e = fmt(&paths, true).unwrap_err().to_string();
+        assert!(e.contains("in use"), "{e}");
+        drop(held);
+        open_devices(&paths).unwrap();
+    }
+}

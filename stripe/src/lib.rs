@@ -1,0 +1,14 @@
+//! Striping for stripefs: the layout math that maps a file's bytes onto devices, the devices
+//! themselves with their superblocks, and striped data I/O over per-device object files.
+//! Knows nothing of FUSE.
+
+mod device;
+mod error;
+mod io;
+pub mod layout;
+mod volume;
+
+pub use device::{format, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
+pub use error::{Result, StripeError};
+pub use layout::{Layout, SlotIo};
+pub use volume::{ObjectInfo, SpaceInfo, Volume};

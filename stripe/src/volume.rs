@@ -1,0 +1,504 @@
+//! A mounted set of devices and striped I/O over the per-device object files of each inode.
+
+use crate::device::{open_devices, DeviceInfo, FANOUT, META_DIR, OBJECTS};
+use crate::error::{Result, StripeError};
+use crate::io::{preadv_full, pwritev_full};
+use crate::layout::{Layout, SlotIo};
+use dashmap::DashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use uuid::Uuid;
+
+/// Open object files of one inode, one per device, opened on first use.
+struct Objects {
+    files: Vec<OnceLock<File>>,
+}
+
+pub struct Volume {
+    devices: Vec<DeviceInfo>,
+    uuid: Uuid,
+    open: DashMap<u64, Arc<Objects>>,
+}
+
+/// What one device can hold, from statvfs.
+#[derive(Clone, Debug)]
+pub struct SpaceInfo {
+    pub path: PathBuf,
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub avail_bytes: u64,
+}
+
+/// An object file found on a device.
+#[derive(Clone, Debug)]
+pub struct ObjectInfo {
+    pub device: usize,
+    pub ino: u64,
+    pub len: u64,
+    pub allocated: u64,
+}
+
+impl Volume {
+    /// Opens the devices in the order the config lists them; refuses a wrong set.
+    pub fn open(paths: &[PathBuf]) -> Result<Volume> {
+        let devices = open_devices(paths)?;
+        let uuid = devices[0].superblock.volume_uuid;
+        Ok(Volume {
+            devices,
+            uuid,
+            open: DashMap::new(),
+        })
+    }
+
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    pub fn device_count(&self) -> u32 {
+        self.devices.len() as u32
+    }
+
+    pub fn device_path(&self, index: usize) -> &Path {
+        &self.devices[index].path
+    }
+
+    /// The layout recorded at mkfs (stripe size, width), with first device 0.
+    pub fn default_layout(&self) -> Layout {
+        let sb = &self.devices[0].superblock;
+        Layout::new(sb.stripe_size, sb.width, 0)
+    }
+
+    /// Path of an inode's object file on a device.
+    pub fn object_path(&self, device: usize, ino: u64) -> PathBuf {
+        object_path(&self.devices[device].path, ino)
+    }
+
+    fn io_err(&self, device: usize, source: io::Error) -> StripeError {
+        StripeError::Io {
+            index: device,
+            path: self.devices[device].path.clone(),
+            source,
+        }
+    }
+
+    fn objects(&self, ino: u64) -> Arc<Objects> {
+        self.open
+            .entry(ino)
+            .or_insert_with(|| {
+                Arc::new(Objects {
+                    files: (0..self.devices.len()).map(|_| OnceLock::new()).collect(),
+                })
+            })
+            .clone()
+    }
+
+    /// The object file of `ino` on `device`; `None` if it does not exist and `create` is false.
+    fn object<'o>(
+        &self,
+        objs: &'o Objects,
+        device: usize,
+        ino: u64,
+        create: bool,
+    ) -> Result<Option<&'o File>> {
+        let slot = &objs.files[device];
+        if let Some(f) = slot.get() {
+            return Ok(Some(f));
+        }
+        let path = self.object_path(device, ino);
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path);
+        match opened {
+            Ok(f) => {
+                let _ = slot.set(f);
+                Ok(slot.get())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
+            Err(e) => Err(self.io_err(device, e)),
+        }
+    }
+
+    /// Runs `op` for every slot's share of a request, the devices in parallel.
+    fn for_each_slot<T, F>(&self, plan: Vec<SlotIo>, parts: Vec<T>, op: F) -> Result<()>
+    where
+        T: Send,
+        F: Fn(&SlotIo, T) -> Result<()> + Sync,
+    {
+        if plan.len() <= 1 {
+            return plan.iter().zip(parts).try_for_each(|(io, p)| op(io, p));
+        }
+        std::thread::scope(|scope| {
+            let mut work = plan.iter().zip(parts);
+            let first = work.next();
+            let handles: Vec<_> = work
+                .map(|(io, p)| scope.spawn(|| op(io, p)))
+                .collect();
+            let mut result = first.map_or(Ok(()), |(io, p)| op(io, p));
+            for h in handles {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(StripeError::Devices("device I/O thread panicked".into()))
+                });
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            result
+        })
+    }
+
+    /// Reads `buf.len()` bytes at `offset`; holes and unwritten ranges read as zeros.
+    pub fn read(&self, ino: u64, layout: &Layout, offset: u64, buf: &mut [u8]) -> Result<()> {
+        buf.fill(0);
+        let objs = self.objects(ino);
+        let n = self.device_count();
+        let plan = layout.plan(offset, buf.len());
+        let parts = split_mut(buf, &plan);
+        self.for_each_slot(plan, parts, |io, mut bufs| {
+            let dev = layout.device_of_slot(io.slot, n);
+            match self.object(&objs, dev, ino, false)? {
+                Some(f) => preadv_full(f.as_raw_fd(), &mut bufs, io.obj_offset)
+                    .map_err(|e| self.io_err(dev, e)),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// Writes `data` at `offset`.
+    pub fn write(&self, ino: u64, layout: &Layout, offset: u64, data: &[u8]) -> Result<()> {
+        let objs = self.objects(ino);
+        let n = self.device_count();
+        let plan = layout.plan(offset, data.len());
+        let parts: Vec<Vec<&[u8]>> = plan
+            .iter()
+            .map(|io| io.segments.iter().map(|&(o, l)| &data[o..o + l]).collect())
+            .collect();
+        self.for_each_slot(plan, parts, |io, bufs| {
+            let dev = layout.device_of_slot(io.slot, n);
+            let f = self.object(&objs, dev, ino, true)?.expect("created");
+            pwritev_full(f.as_raw_fd(), &bufs, io.obj_offset).map_err(|e| self.io_err(dev, e))
+        })
+    }
+
+    /// Cuts the objects down to what a file of `size` bytes holds, so a later extension reads
+    /// zeros. Growing needs nothing: objects are sparse.
+    pub fn truncate(&self, ino: u64, layout: &Layout, size: u64) -> Result<()> {
+        let objs = self.objects(ino);
+        let n = self.device_count();
+        for slot in 0..layout.width {
+            let dev = layout.device_of_slot(slot, n);
+            if let Some(f) = self.object(&objs, dev, ino, false)? {
+                let want = layout.object_len(size, slot);
+                let have = f.metadata().map_err(|e| self.io_err(dev, e))?.len();
+                if have > want {
+                    f.set_len(want).map_err(|e| self.io_err(dev, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// fallocate(2) over a file range, mapped onto each object; `mode` as for fallocate
+    /// (0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE).
+    pub fn fallocate(&self, ino: u64, layout: &Layout, offset: u64, len: u64, mode: i32) -> Result<()> {
+        let objs = self.objects(ino);
+        let n = self.device_count();
+        // Plan in chunks: `plan` works on in-memory lengths.
+        let mut done = 0u64;
+        while done < len {
+            let chunk = (len - done).min(1 << 30);
+            for io in layout.plan(offset + done, chunk as usize) {
+                let dev = layout.device_of_slot(io.slot, n);
+                let f = self.object(&objs, dev, ino, true)?.expect("created");
+                // SAFETY: plain syscall on an owned descriptor.
+                let r = unsafe {
+                    libc::fallocate(f.as_raw_fd(), mode, io.obj_offset as i64, io.len() as i64)
+                };
+                if r != 0 {
+                    return Err(self.io_err(dev, io::Error::last_os_error()));
+                }
+            }
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// fdatasync of every object file of the inode that is open.
+    pub fn sync(&self, ino: u64) -> Result<()> {
+        if let Some(objs) = self.open.get(&ino).map(|o| o.clone()) {
+            for (dev, slot) in objs.files.iter().enumerate() {
+                if let Some(f) = slot.get() {
+                    f.sync_data().map_err(|e| self.io_err(dev, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// syncfs(2) on every device: everything written so far is durable.
+    pub fn sync_all(&self) -> Result<()> {
+        for (dev, d) in self.devices.iter().enumerate() {
+            let f = File::open(&d.path).map_err(|e| self.io_err(dev, e))?;
+            // SAFETY: plain syscall on an owned descriptor.
+            if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+                return Err(self.io_err(dev, io::Error::last_os_error()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the inode's open object files (after its last close).
+    pub fn close(&self, ino: u64) {
+        self.open.remove(&ino);
+    }
+
+    /// Deletes the inode's object files on every device.
+    pub fn remove(&self, ino: u64) -> Result<()> {
+        self.open.remove(&ino);
+        for dev in 0..self.devices.len() {
+            match std::fs::remove_file(self.object_path(dev, ino)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.io_err(dev, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Length and allocation of each of the inode's object files that exists.
+    pub fn object_info(&self, ino: u64) -> Vec<ObjectInfo> {
+        (0..self.devices.len())
+            .filter_map(|dev| {
+                let md = std::fs::metadata(self.object_path(dev, ino)).ok()?;
+                Some(object_info(dev, ino, &md))
+            })
+            .collect()
+    }
+
+    /// Every object file on every device (for fsck).
+    pub fn list_objects(&self) -> Result<Vec<ObjectInfo>> {
+        let mut out = Vec::new();
+        for (dev, d) in self.devices.iter().enumerate() {
+            let root = d.path.join(META_DIR).join(OBJECTS);
+            for fan in 0..FANOUT {
+                let dir = root.join(format!("{fan:02x}"));
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(self.io_err(dev, e)),
+                };
+                for entry in entries {
+                    let entry = entry.map_err(|e| self.io_err(dev, e))?;
+                    let Some(ino) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                        continue;
+                    };
+                    let md = entry.metadata().map_err(|e| self.io_err(dev, e))?;
+                    out.push(object_info(dev, ino, &md));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// statvfs of every device.
+    pub fn space(&self) -> Result<Vec<SpaceInfo>> {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(dev, d)| statvfs(&d.path).map_err(|e| self.io_err(dev, e)))
+            .collect()
+    }
+
+    /// Moves an inode's data to a new layout by copying it through a temporary inode number;
+    /// the caller swaps the objects in with `adopt_objects` once the copy is complete.
+    pub fn copy_to(&self, ino: u64, from: &Layout, size: u64, to_ino: u64, to: &Layout) -> Result<()> {
+        const CHUNK: u64 = 4 << 20;
+        let mut buf = vec![0u8; CHUNK as usize];
+        let mut pos = 0;
+        while pos < size {
+            let n = (size - pos).min(CHUNK) as usize;
+            self.read(ino, from, pos, &mut buf[..n])?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                self.write(to_ino, to, pos, &buf[..n])?;
+            }
+            pos += n as u64;
+        }
+        self.sync(to_ino)
+    }
+
+    /// Replaces `ino`'s objects by those of `from_ino` (rename on each device).
+    pub fn adopt_objects(&self, ino: u64, from_ino: u64) -> Result<()> {
+        self.open.remove(&ino);
+        self.open.remove(&from_ino);
+        for dev in 0..self.devices.len() {
+            let src = self.object_path(dev, from_ino);
+            let dst = self.object_path(dev, ino);
+            match std::fs::rename(&src, &dst) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::remove_file(&dst) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(self.io_err(dev, e)),
+                },
+                Err(e) => return Err(self.io_err(dev, e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn object_path(device: &Path, ino: u64) -> PathBuf {
+    device
+        .join(META_DIR)
+        .join(OBJECTS)
+        .join(format!("{:02x}", ino % FANOUT))
+        .join(ino.to_string())
+}
+
+fn object_info(device: usize, ino: u64, md: &std::fs::Metadata) -> ObjectInfo {
+    use std::os::unix::fs::MetadataExt;
+    ObjectInfo {
+        device,
+        ino,
+        len: md.len(),
+        allocated: md.blocks() * 512,
+    }
+}
+
+fn statvfs(path: &Path) -> io::Result<SpaceInfo> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statvfs fills the zeroed struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok(SpaceInfo {
+        path: path.to_path_buf(),
+        total_bytes: st.f_blocks as u64 * frsize,
+        free_bytes: st.f_bfree as u64 * frsize,
+        avail_bytes: st.f_bavail as u64 * frsize,
+    })
+}
+
+/// Splits `buf` into per-slot lists of mutable segments, in plan order.
+fn split_mut<'a>(buf: &'a mut [u8], plan: &[SlotIo]) -> Vec<Vec<&'a mut [u8]>> {
+    // Segments of different slots interleave in the buffer; hand each one out in buffer order.
+    let mut owner: Vec<(usize, usize, usize)> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(p, io)| io.segments.iter().map(move |&(o, l)| (o, l, p)))
+        .collect();
+    owner.sort_unstable();
+    let mut out: Vec<Vec<&mut [u8]>> = plan.iter().map(|io| Vec::with_capacity(io.segments.len())).collect();
+    let mut rest = buf;
+    let mut at = 0;
+    for (o, l, p) in owner {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(o - at);
+        let (seg, tail) = tail.split_at_mut(l);
+        out[p].push(seg);
+        rest = tail;
+        at = o + l;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{format, FormatOptions};
+
+    fn volume(n: usize, stripe: u32) -> (tempfile::TempDir, Volume) {
+        let root = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let p = root.path().join(format!("d{i}"));
+                std::fs::create_dir(&p).unwrap();
+                p
+            })
+            .collect();
+        format(&FormatOptions { devices: &paths, stripe_size: stripe, width: n as u32, force: false }).unwrap();
+        let v = Volume::open(&paths).unwrap();
+        (root, v)
+    }
+
+    #[test]
+    fn striped_bytes_land_where_the_layout_says() {
+        let (_root, v) = volume(4, 65536);
+        let layout = Layout::new(65536, 4, 1);
+        let data: Vec<u8> = (0..1 << 20).map(|i| (i / 65536) as u8).collect();
+        v.write(7, &layout, 0, &data).unwrap();
+        for slot in 0..4u32 {
+            let dev = layout.device_of_slot(slot, 4);
+            let obj = std::fs::read(v.object_path(dev, 7)).unwrap();
+            assert_eq!(obj.len(), 256 * 1024);
+            // Object row r of slot s holds stripe r*4+s.
+            for row in 0..4usize {
+                assert!(obj[row * 65536..(row + 1) * 65536].iter().all(|&b| b as usize == row * 4 + slot as usize));
+            }
+        }
+        let mut back = vec![0u8; data.len()];
+        v.read(7, &layout, 0, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut mid = vec![0u8; 100_000];
+        v.read(7, &layout, 12345, &mut mid).unwrap();
+        assert_eq!(&mid[..], &data[12345..112345]);
+    }
+
+    #[test]
+    fn holes_truncate_and_remove() {
+        let (_root, v) = volume(3, 8192);
+        let layout = Layout::new(8192, 3, 2);
+        v.write(9, &layout, 100_000, b"tail").unwrap();
+        let mut buf = vec![1u8; 100_004];
+        v.read(9, &layout, 0, &mut buf).unwrap();
+        assert!(buf[..100_000].iter().all(|&b| b == 0));
+        assert_eq!(&buf[100_000..], b"tail");
+        v.truncate(9, &layout, 100_001).unwrap();
+        let mut buf = vec![0u8; 4];
+        v.read(9, &layout, 100_000, &mut buf).unwrap();
+        assert_eq!(&buf, b"t\0\0\0");
+        v.remove(9).unwrap();
+        assert!(v.object_info(9).is_empty());
+    }
+
+    #[test]
+    fn fallocate_and_punch() {
+        let (_root, v) = volume(2, 8192);
+        let layout = Layout::new(8192, 2, 0);
+        v.write(3, &layout, 0, &[7u8; 40000]).unwrap();
+        v.fallocate(3, &layout, 10000, 10000, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        let mut buf = vec![0u8; 40000];
+        v.read(3, &layout, 0, &mut buf).unwrap();
+        assert!(buf[..10000].iter().all(|&b| b == 7));
+        assert!(buf[10000..20000].iter().all(|&b| b == 0));
+        assert!(buf[20000..].iter().all(|&b| b == 7));
+        v.fallocate(3, &layout, 0, 1 << 20, 0).unwrap();
+        let total: u64 = v.object_info(3).iter().map(|o| o.allocated).sum();
+        assert!(total >= 1 << 20);
+    }
+
+    #[test]
+    fn migrate_copies_into_a_new_layout() {
+        let (_root, v) = volume(3, 8192);
+        let from = Layout::new(8192, 3, 0);
+        let to = Layout::new(131072, 2, 1);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        v.write(5, &from, 0, &data).unwrap();
+        v.copy_to(5, &from, data.len() as u64, 1000, &to).unwrap();
+        v.adopt_objects(5, 1000).unwrap();
+        let mut back = vec![0u8; data.len()];
+        v.read(5, &to, 0, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(v.object_info(5).len(), 2);
+    }
+}
