@@ -1,1 +1,15 @@
-fn main() {}
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // Installed as /sbin/mount.stripefs or /sbin/mount.fuse.stripefs, mount(8) calls us by that name.
+    let invoked_as = std::path::Path::new(args.first().map(String::as_str).unwrap_or(""))
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
+    let code = if invoked_as.starts_with("mount.") {
+        stripefs::cli::mount_helper_main(args)
+    } else {
+        stripefs::cli::main(args)
+    };
+    std::process::exit(code);
+}

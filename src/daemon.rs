@@ -1,0 +1,363 @@
+//! Daemon life: mounting in the foreground or as a background daemon that reports readiness,
+//! the periodic committer, clean unmount on SIGTERM/SIGINT, and `stripefs umount`.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::fs::StripeFs;
+use crate::xattr;
+use fuser::{MountOption, SessionACL};
+use std::io::{Read, Write};
+use std::os::unix::io::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Env var that tells a re-executed binary it is the daemon child.
+pub const DAEMON_ENV: &str = "STRIPEFS_DAEMON_CHILD";
+
+/// Applies `-o` mount options over the config's `[mount]` section.
+pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<()> {
+    let m = &mut config.mount;
+    for opt in opts.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        match (key, value) {
+            ("allow_other", None) => m.allow_other = true,
+            ("default_permissions", None) => m.default_permissions = true,
+            ("no_default_permissions", None) => m.default_permissions = false,
+            ("ro", None) => m.read_only = true,
+            ("rw", None) => m.read_only = false,
+            ("writeback_cache", None) => m.writeback_cache = true,
+            ("no_writeback_cache", None) => m.writeback_cache = false,
+            ("threads", Some(v)) => {
+                m.threads = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or_else(|| Error::Usage(format!("-o threads={v}: must be 1 to 64")))?
+            }
+            ("direct_io", Some(v)) => {
+                m.direct_io = match v {
+                    "auto" => mountcfg::DirectIo::Auto,
+                    "always" => mountcfg::DirectIo::Always,
+                    "never" => mountcfg::DirectIo::Never,
+                    _ => {
+                        return Err(Error::Usage(format!(
+                            "-o direct_io={v}: must be auto, always or never"
+                        )))
+                    }
+                }
+            }
+            ("fsname", Some(v)) => m.fsname = Some(v.to_string()),
+            // What mount(8) and fstab pass along that means nothing here.
+            ("defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "users" | "nouser"
+            | "suid" | "nosuid" | "dev" | "nodev" | "exec" | "noexec" | "atime" | "noatime"
+            | "relatime" | "async", _) => {}
+            _ => {
+                return Err(Error::Usage(format!(
+                    "unknown mount option \"{opt}\" (known: allow_other, default_permissions, \
+                     no_default_permissions, ro, rw, writeback_cache, threads=N, \
+                     direct_io=auto|always|never, fsname=NAME)"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The mountpoint must be a directory apart from every device.
+fn check_mountpoint(config: &mountcfg::Config, mountpoint: &Path) -> Result<PathBuf> {
+    let mp = std::fs::canonicalize(mountpoint).map_err(|e| {
+        Error::Usage(format!("mountpoint {}: {e}", mountpoint.display()))
+    })?;
+    if !mp.is_dir() {
+        return Err(Error::Usage(format!(
+            "mountpoint {} is not a directory",
+            mp.display()
+        )));
+    }
+    for dev in &config.volume.devices {
+        if dev.starts_with(&mp) || mp.starts_with(dev) {
+            return Err(Error::Usage(format!(
+                "mountpoint {} and device {} overlap; mount the volume elsewhere",
+                mp.display(),
+                dev.display()
+            )));
+        }
+    }
+    Ok(mp)
+}
+
+/// Where a background daemon writes its log.
+pub fn default_log_path(config: &mountcfg::Config) -> PathBuf {
+    match &config.volume.meta {
+        Some(dir) => dir.join("stripefs.log"),
+        None => config.volume.devices[0].join(".stripefs").join("daemon.log"),
+    }
+}
+
+/// Tells the waiting parent how the mount went (background mode).
+pub struct Ready(Option<std::fs::File>);
+
+impl Ready {
+    pub fn none() -> Ready {
+        Ready(None)
+    }
+
+    /// # Safety
+    /// `fd` must be an open pipe inherited from the parent and owned by nobody else.
+    pub unsafe fn from_fd(fd: RawFd) -> Ready {
+        Ready(Some(std::fs::File::from_raw_fd(fd)))
+    }
+
+    fn send(&mut self, msg: &str) {
+        if let Some(mut f) = self.0.take() {
+            let _ = f.write_all(msg.as_bytes());
+        }
+    }
+}
+
+/// Mounts and serves until unmounted or signalled.
+pub fn run_foreground(
+    config: mountcfg::Config,
+    mountpoint: &Path,
+    mut ready: Ready,
+) -> Result<()> {
+    let result = serve(config, mountpoint, &mut ready);
+    if let Err(e) = &result {
+        ready.send(&format!("error: {e}\n"));
+    }
+    result
+}
+
+fn serve(config: mountcfg::Config, mountpoint: &Path, ready: &mut Ready) -> Result<()> {
+    let mountpoint = check_mountpoint(&config, mountpoint)?;
+    let engine = Arc::new(Engine::open(config, &mountpoint)?);
+    let m = &engine.config.mount;
+    let mut options = vec![
+        MountOption::FSName(
+            m.fsname
+                .clone()
+                .unwrap_or_else(|| format!("stripefs:{}", engine.config.source.display())),
+        ),
+        MountOption::Subtype("stripefs".into()),
+        MountOption::CUSTOM("max_read=1048576".into()),
+    ];
+    if m.default_permissions {
+        options.push(MountOption::DefaultPermissions);
+    }
+    if m.read_only {
+        options.push(MountOption::RO);
+    }
+    if m.allow_other {
+        options.push(MountOption::Dev);
+        options.push(MountOption::Suid);
+    }
+    let mut fuse_config = fuser::Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.acl = if m.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    fuse_config.n_threads = Some(m.threads);
+    let interval = m.commit_interval;
+
+    let mut session = fuser::Session::new(StripeFs::new(engine.clone()), &mountpoint, &fuse_config)
+        .map_err(|e| Error::Usage(format!("mount on {}: {e}", mountpoint.display())))?;
+    let mut unmounter = session.unmount_callable();
+
+    // Background commits: what was written becomes durable within `interval`, as ext4's commit=.
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let committer = {
+        let engine = engine.clone();
+        std::thread::Builder::new()
+            .name("committer".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(interval) {
+                    if let Err(e) = engine.sync_all() {
+                        log::error!("periodic commit failed: {e}");
+                    }
+                }
+            })
+            .map_err(|e| Error::Usage(format!("cannot start the committer: {e}")))?
+    };
+
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| Error::Usage(format!("cannot watch signals: {e}")))?;
+    let signal_handle = signals.handle();
+    let mp_for_signal = mountpoint.clone();
+    let signal_thread = std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            log::info!("signal {sig}: unmounting {}", mp_for_signal.display());
+            if let Err(e) = unmounter.unmount() {
+                log::warn!("unmount failed ({e}); detaching {}", mp_for_signal.display());
+                lazy_umount(&mp_for_signal);
+            }
+        }
+    });
+
+    log::info!(
+        "mounted volume {} on {} (pid {})",
+        engine.volume.uuid(),
+        mountpoint.display(),
+        std::process::id()
+    );
+    ready.send("ok\n");
+    let served = session.run();
+    drop(stop_tx);
+    let _ = committer.join();
+    signal_handle.close();
+    let _ = signal_thread.join();
+    let synced = engine.sync_all();
+    log::info!("unmounted {}", mountpoint.display());
+    served.map_err(|e| Error::Usage(format!("serving {}: {e}", mountpoint.display())))?;
+    synced
+}
+
+fn lazy_umount(mountpoint: &Path) {
+    if let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+        // SAFETY: plain syscall with a valid C string.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Starts the daemon and returns once the mount is ready (or says why it is not).
+pub fn spawn_background(args: &[String], log_path: &Path) -> Result<()> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::Usage(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|e| Error::Usage(format!("log file {}: {e}", log_path.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Usage(format!("cannot find my own binary: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .arg("--foreground")
+        .arg("--ready-fd")
+        .arg(write_fd.to_string())
+        .env(DAEMON_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Error::Usage(e.to_string()))?)
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            let flags = libc::fcntl(write_fd, libc::F_GETFD);
+            libc::fcntl(write_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::Usage(format!("cannot start the daemon: {e}")))?;
+    // SAFETY: both ends are ours; the child holds its own copy of the write end.
+    unsafe { libc::close(write_fd) };
+    let mut answer = String::new();
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
+    let _ = pipe.read_to_string(&mut answer);
+    if answer.starts_with("ok") {
+        return Ok(());
+    }
+    let status = child.wait().ok();
+    let msg = answer
+        .strip_prefix("error: ")
+        .unwrap_or(&answer)
+        .trim()
+        .to_string();
+    Err(Error::Usage(if msg.is_empty() {
+        format!(
+            "the daemon exited ({}) before the mount was ready; see {}",
+            status.map(|s| s.to_string()).unwrap_or_default(),
+            log_path.display()
+        )
+    } else {
+        msg
+    }))
+}
+
+/// Unmounts a stripefs mount and waits for its daemon to finish writing everything back.
+pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
+    let status = xattr::volume_status(mountpoint)?;
+    let pid = status["pid"].as_u64().unwrap_or(0) as i32;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::Usage("mountpoint has a NUL byte".into()))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: plain syscall with a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EBUSY) => {
+                return Err(Error::Usage(format!(
+                    "{} is busy (files are open or a process is inside it); \
+                     close them, or use --lazy",
+                    mountpoint.display()
+                )))
+            }
+            Some(libc::EPERM) => {
+                let ok = Command::new("fusermount3")
+                    .arg("-u")
+                    .args(lazy.then_some("-z"))
+                    .arg(mountpoint)
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false);
+                if !ok {
+                    return Err(Error::Usage(format!(
+                        "unmount {}: {e}",
+                        mountpoint.display()
+                    )));
+                }
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "unmount {}: {e}",
+                    mountpoint.display()
+                )))
+            }
+        }
+    }
+    // The daemon flushes after the kernel lets go; wait for it so the caller can trust the disks.
+    let start = Instant::now();
+    // SAFETY: signal 0 only checks that the process exists.
+    while pid > 0 && process_alive(pid) {
+        if start.elapsed() > timeout {
+            return Err(Error::Usage(format!(
+                "unmounted, but daemon {pid} is still writing back after {}s",
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// True while `pid` runs (a zombie counts as finished).
+fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()),
+            Some("Z") | Some("X")
+        ),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,364 @@
+//! A mounted volume without the FUSE wire: the namespace and the striped devices together,
+//! with the data operations, durability (commit) and the control values built on them.
+
+use crate::error::{errno, Error, Result};
+use crate::namespace::{Inode, Kind, Namespace};
+use dashmap::DashMap;
+use parking_lot::RwLock;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use stripe::{Layout, Volume};
+
+pub struct Engine {
+    pub config: mountcfg::Config,
+    pub volume: Volume,
+    pub ns: Namespace,
+    /// Per-inode data lock: reads and writes share it, truncate and migrate take it alone.
+    io_locks: DashMap<u64, Arc<RwLock<()>>>,
+    /// Serialises commits so the doomed-object deletes of one never race another's.
+    commit_lock: parking_lot::Mutex<()>,
+    started: Instant,
+    pub mountpoint: PathBuf,
+}
+
+/// Where the namespace store of a volume lives.
+pub fn namespace_path(config: &mountcfg::Config) -> PathBuf {
+    match &config.volume.meta {
+        Some(dir) => dir.join("namespace.redb"),
+        None => config.volume.devices[0].join(".stripefs").join("namespace.redb"),
+    }
+}
+
+#[derive(Serialize)]
+pub struct DeviceStatus {
+    pub index: usize,
+    pub path: PathBuf,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct Status {
+    pub uuid: String,
+    pub mountpoint: PathBuf,
+    pub pid: u32,
+    pub config: PathBuf,
+    pub namespace: PathBuf,
+    pub devices: Vec<DeviceStatus>,
+    pub layout: String,
+    pub stripe_size: u32,
+    pub width: u32,
+    pub files: u64,
+    pub directories: u64,
+    pub inodes: u64,
+    pub bytes: u64,
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+    pub options: Options,
+    pub uptime_secs: u64,
+}
+
+#[derive(Serialize)]
+pub struct Options {
+    pub allow_other: bool,
+    pub default_permissions: bool,
+    pub read_only: bool,
+    pub threads: usize,
+    pub direct_io: String,
+    pub writeback_cache: bool,
+    pub attr_timeout_ms: u64,
+    pub commit_interval_ms: u64,
+}
+
+#[derive(Serialize)]
+pub struct ObjectShare {
+    pub device: usize,
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub allocated: u64,
+}
+
+/// What `layout get` shows.
+#[derive(Serialize)]
+pub struct LayoutInfo {
+    pub stripe_size: u32,
+    pub width: u32,
+    pub first_device: u32,
+    pub devices: Vec<PathBuf>,
+    /// Directories: whether the layout is set here or inherited.
+    pub inherited: bool,
+    pub objects: Vec<ObjectShare>,
+}
+
+impl Engine {
+    pub fn open(config: mountcfg::Config, mountpoint: &Path) -> Result<Engine> {
+        let volume = Volume::open(&config.volume.devices)?;
+        let ns_path = namespace_path(&config);
+        let ns = Namespace::open(&ns_path)?;
+        if ns.uuid() != volume.uuid() {
+            return Err(Error::Usage(format!(
+                "namespace store {} belongs to volume {}, but the devices are volume {}",
+                ns_path.display(),
+                ns.uuid(),
+                volume.uuid()
+            )));
+        }
+        ns.reap_orphans()?;
+        Ok(Engine {
+            config,
+            volume,
+            ns,
+            io_locks: DashMap::new(),
+            commit_lock: parking_lot::Mutex::new(()),
+            started: Instant::now(),
+            mountpoint: mountpoint.to_path_buf(),
+        })
+    }
+
+    /// The layout the volume gives new files: the config's, checked against the device count.
+    pub fn volume_layout(&self) -> Layout {
+        Layout::new(self.config.volume.stripe_size, self.config.width(), 0)
+    }
+
+    pub fn io_lock(&self, ino: u64) -> Arc<RwLock<()>> {
+        self.io_locks.entry(ino).or_default().clone()
+    }
+
+    fn file(&self, ino: u64) -> Result<(Inode, Layout)> {
+        let inode = self.ns.get(ino)?;
+        match (inode.kind, inode.layout) {
+            (Kind::File, Some(l)) => Ok((inode, l)),
+            (Kind::Dir, _) => errno(libc::EISDIR),
+            _ => errno(libc::EINVAL),
+        }
+    }
+
+    /// Reads up to `size` bytes at `offset`, stopping at end of file.
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let lock = self.io_lock(ino);
+        let _shared = lock.read();
+        let (inode, layout) = self.file(ino)?;
+        if offset >= inode.size {
+            return Ok(Vec::new());
+        }
+        let len = (inode.size - offset).min(size as u64) as usize;
+        let mut buf = vec![0u8; len];
+        self.volume.read(inode.object, &layout, offset, &mut buf)?;
+        self.ns.note_read(ino);
+        Ok(buf)
+    }
+
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Inode> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(Error::Errno(libc::EFBIG))?;
+        let lock = self.io_lock(ino);
+        let _shared = lock.read();
+        let (inode, layout) = self.file(ino)?;
+        self.volume.write(inode.object, &layout, offset, data)?;
+        self.ns.note_write(ino, end)
+    }
+
+    /// Sets a file's size: objects are cut first, so growing later reads zeros.
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        if size > i64::MAX as u64 {
+            return errno(libc::EFBIG);
+        }
+        let lock = self.io_lock(ino);
+        let _alone = lock.write();
+        let (inode, layout) = self.file(ino)?;
+        if size < inode.size {
+            self.volume.truncate(inode.object, &layout, size)?;
+        }
+        Ok(())
+    }
+
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+        let supported = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+        if mode & !supported != 0 {
+            return errno(libc::EOPNOTSUPP);
+        }
+        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            return errno(libc::EINVAL);
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(Error::Errno(libc::EFBIG))?;
+        let lock = self.io_lock(ino);
+        let _shared = lock.read();
+        let (inode, layout) = self.file(ino)?;
+        // Punching past the end of file changes nothing.
+        let end_in_file = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+            end.min(inode.size)
+        } else {
+            end
+        };
+        if end_in_file > offset {
+            self.volume
+                .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)?;
+        }
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > inode.size {
+            self.ns.note_write(ino, end)?;
+        }
+        Ok(())
+    }
+
+    /// fsync: the file's data, then everything in the namespace, durable.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        if let Ok(inode) = self.ns.get(ino) {
+            if inode.kind == Kind::File {
+                self.volume.sync(inode.object)?;
+            }
+        }
+        self.commit()
+    }
+
+    /// Makes the namespace durable, then deletes objects whose inodes are durably gone.
+    pub fn commit(&self) -> Result<()> {
+        let _one = self.commit_lock.lock();
+        let doomed = self.ns.sync()?;
+        for object in doomed {
+            if let Err(e) = self.volume.remove(object) {
+                log::warn!("could not delete object {object}: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything written so far, data and names, durable: syncfs and unmount.
+    pub fn sync_all(&self) -> Result<()> {
+        self.volume.sync_all()?;
+        self.commit()
+    }
+
+    /// Restripes a file with its content unchanged; readers and writers wait meanwhile, so no
+    /// one sees a mix. A crash leaves either the old or the new copy, never a blend.
+    pub fn migrate(&self, ino: u64, to: Layout) -> Result<Inode> {
+        to.validate(self.volume.device_count())
+            .map_err(|_| Error::Errno(libc::EINVAL))?;
+        let lock = self.io_lock(ino);
+        let _alone = lock.write();
+        let (inode, from) = self.file(ino)?;
+        if from == to {
+            return Ok(inode);
+        }
+        let object = self.ns.new_object_id()?;
+        if let Err(e) = self
+            .volume
+            .copy_to(inode.object, &from, inode.size, object, &to)
+        {
+            let _ = self.volume.remove(object);
+            self.ns.discard_object(object);
+            return Err(e.into());
+        }
+        let out = self.ns.switch_object(ino, object, to)?;
+        self.commit()?;
+        Ok(out)
+    }
+
+    pub fn layout_info(&self, ino: u64) -> Result<LayoutInfo> {
+        let inode = self.ns.get(ino)?;
+        let n = self.volume.device_count();
+        let (layout, inherited) = match (inode.kind, inode.layout) {
+            (Kind::File, Some(l)) => (l, false),
+            (Kind::Dir, Some(l)) => (l, false),
+            (Kind::Dir, None) => (self.ns.inherited_layout(ino, self.volume_layout()), true),
+            _ => return errno(libc::ENODATA),
+        };
+        let devices = (0..layout.width)
+            .map(|s| {
+                self.volume
+                    .device_path(layout.device_of_slot(s, n))
+                    .to_path_buf()
+            })
+            .collect();
+        let objects = if inode.kind == Kind::File {
+            self.volume
+                .object_info(inode.object)
+                .into_iter()
+                .map(|o| ObjectShare {
+                    device: o.device,
+                    path: self.volume.object_path(o.device, inode.object),
+                    bytes: o.len,
+                    allocated: o.allocated,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(LayoutInfo {
+            stripe_size: layout.stripe_size,
+            width: layout.width,
+            first_device: layout.first_device,
+            devices,
+            inherited,
+            objects,
+        })
+    }
+
+    pub fn status(&self) -> Result<Status> {
+        let counts = self.ns.counts();
+        let space = self.volume.space()?;
+        let devices: Vec<DeviceStatus> = space
+            .iter()
+            .enumerate()
+            .map(|(index, s)| DeviceStatus {
+                index,
+                path: s.path.clone(),
+                total_bytes: s.total_bytes,
+                used_bytes: s.total_bytes.saturating_sub(s.free_bytes),
+                free_bytes: s.avail_bytes,
+            })
+            .collect();
+        let (capacity, available) = self.capacity();
+        let m = &self.config.mount;
+        let layout = self.volume_layout();
+        Ok(Status {
+            uuid: self.volume.uuid().to_string(),
+            mountpoint: self.mountpoint.clone(),
+            pid: std::process::id(),
+            config: self.config.source.clone(),
+            namespace: namespace_path(&self.config),
+            devices,
+            layout: format!(
+                "stripe_size={} width={}",
+                mountcfg::format_size(layout.stripe_size as u64),
+                layout.width
+            ),
+            stripe_size: layout.stripe_size,
+            width: layout.width,
+            files: counts.files,
+            directories: counts.directories,
+            inodes: counts.inodes,
+            bytes: counts.bytes,
+            capacity_bytes: capacity,
+            available_bytes: available,
+            options: Options {
+                allow_other: m.allow_other,
+                default_permissions: m.default_permissions,
+                read_only: m.read_only,
+                threads: m.threads,
+                direct_io: format!("{:?}", m.direct_io).to_lowercase(),
+                writeback_cache: m.writeback_cache,
+                attr_timeout_ms: m.attr_timeout.as_millis() as u64,
+                commit_interval_ms: m.commit_interval.as_millis() as u64,
+            },
+            uptime_secs: self.started.elapsed().as_secs(),
+        })
+    }
+
+    /// (total, available) bytes the volume can hold: full-width files fill devices evenly, so
+    /// the fullest device bounds it.
+    pub fn capacity(&self) -> (u64, u64) {
+        let space = self.volume.space().unwrap_or_default();
+        let n = space.len() as u64;
+        let total = space.iter().map(|s| s.total_bytes).min().unwrap_or(0) * n;
+        let avail = space.iter().map(|s| s.avail_bytes).min().unwrap_or(0) * n;
+        (total, avail)
+    }
+}

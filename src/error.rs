@@ -1,0 +1,70 @@
+//! The binary's one error type; mapped to an errno once, at the FUSE boundary.
+
+use std::fmt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A plain filesystem error for the caller.
+    #[error("{}", Errno(*.0))]
+    Errno(i32),
+    #[error("namespace store: {0}")]
+    Store(String),
+    #[error(transparent)]
+    Stripe(#[from] stripe::StripeError),
+    #[error(transparent)]
+    Config(#[from] mountcfg::ConfigError),
+    /// Something the user asked for that cannot be done, said in words.
+    #[error("{0}")]
+    Usage(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Errno(e) => *e,
+            Error::Stripe(e) => e.errno(),
+            Error::Store(_) => libc::EIO,
+            Error::Config(_) | Error::Usage(_) => libc::EINVAL,
+        }
+    }
+}
+
+/// Shorthand for `Err(Error::Errno(code))`.
+pub fn errno<T>(code: i32) -> Result<T> {
+    Err(Error::Errno(code))
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Self {
+        Error::Store(e.to_string())
+    }
+}
+
+macro_rules! store_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Store(e.to_string())
+            }
+        }
+    )*};
+}
+store_errors!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+/// An errno printed as strerror does.
+pub struct Errno(pub i32);
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}

@@ -1,0 +1,689 @@
+//! The FUSE boundary: fuser's callbacks translated into engine and namespace calls, errors
+//! into errnos.
+
+use crate::control;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::namespace::{Inode, Kind, NewNode, SetAttr, Time};
+use dashmap::DashMap;
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use mountcfg::DirectIo;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+const MAX_WRITE: u32 = 1 << 20;
+const BLOCK: u32 = 4096;
+
+/// One open directory stream: the entries as they were at opendir (or rewind).
+type DirSnapshot = Arc<Vec<(Vec<u8>, u64, Kind)>>;
+
+pub struct StripeFs {
+    engine: Arc<Engine>,
+    ttl: Duration,
+    dirs: DashMap<u64, DirSnapshot>,
+    next_fh: AtomicU64,
+}
+
+impl StripeFs {
+    pub fn new(engine: Arc<Engine>) -> StripeFs {
+        StripeFs {
+            ttl: engine.config.mount.attr_timeout,
+            engine,
+            dirs: DashMap::new(),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    fn attr(&self, i: &Inode) -> FileAttr {
+        let kind = match i.kind {
+            Kind::File => FileType::RegularFile,
+            Kind::Dir => FileType::Directory,
+            Kind::Symlink => FileType::Symlink,
+            Kind::Fifo => FileType::NamedPipe,
+            Kind::Socket => FileType::Socket,
+            Kind::CharDev => FileType::CharDevice,
+            Kind::BlockDev => FileType::BlockDevice,
+        };
+        // A full stripe row is the natural unit of I/O for a file.
+        let blksize = i
+            .layout
+            .map(|l| (l.stripe_size * l.width).min(MAX_WRITE))
+            .unwrap_or(BLOCK);
+        FileAttr {
+            ino: INodeNo(i.ino),
+            size: i.size,
+            blocks: i.size.div_ceil(BLOCK as u64) * (BLOCK as u64 / 512),
+            atime: i.atime.into(),
+            mtime: i.mtime.into(),
+            ctime: i.ctime.into(),
+            crtime: i.crtime.into(),
+            kind,
+            perm: i.perm,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            blksize,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<Inode>) {
+        match r {
+            Ok(i) => reply.entry(&self.ttl, &self.attr(&i), Generation(0)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: Result<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+
+    fn new_node(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode) -> Result<Inode> {
+        let layout = self
+            .engine
+            .ns
+            .inherited_layout(parent, self.engine.volume_layout());
+        self.engine.ns.create(
+            parent,
+            name.as_bytes(),
+            NewNode {
+                uid: req.uid(),
+                gid: req.gid(),
+                ..node
+            },
+            layout,
+            self.engine.volume.device_count(),
+        )
+    }
+
+    fn open_flags(&self, flags: i32) -> FopenFlags {
+        let direct = match self.engine.config.mount.direct_io {
+            DirectIo::Always => true,
+            DirectIo::Never => false,
+            DirectIo::Auto => flags & libc::O_DIRECT != 0,
+        };
+        if direct {
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+fn kind_of_mode(mode: u32) -> Option<Kind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => Kind::File,
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Socket,
+        libc::S_IFCHR => Kind::CharDev,
+        libc::S_IFBLK => Kind::BlockDev,
+        _ => return None,
+    })
+}
+
+fn time_of(t: TimeOrNow) -> Time {
+    match t {
+        TimeOrNow::Now => Time::now(),
+        TimeOrNow::SpecificTime(t) => Time::from(t),
+    }
+}
+
+fn err(e: &crate::error::Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+impl Filesystem for StripeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        let mut want = InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        if self.engine.config.mount.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if let Err(missing) = config.add_capabilities(want) {
+            log::warn!("kernel lacks FUSE capabilities {missing:?}; going on without them");
+            let _ = config.add_capabilities(want & !missing);
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.engine.sync_all() {
+            log::error!("final sync failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.engine.ns.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.engine.ns.get(ino.0) {
+            Ok(i) => reply.attr(&self.ttl, &self.attr(&i)),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| {
+            if let Some(s) = size {
+                self.engine.truncate(ino.0, s)?;
+            }
+            self.engine.ns.setattr(
+                ino.0,
+                &SetAttr {
+                    perm: mode.map(|m| (m & 0o7777) as u16),
+                    uid,
+                    gid,
+                    size,
+                    atime: atime.map(time_of),
+                    mtime: mtime.map(time_of),
+                    ctime: ctime.map(Time::from),
+                },
+            )
+        })();
+        match r {
+            Ok(i) => reply.attr(&self.ttl, &self.attr(&i)),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.engine.ns.get(ino.0) {
+            Ok(i) if i.kind == Kind::Symlink => reply.data(&i.symlink),
+            Ok(_) => reply.error(Errno::EINVAL),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = kind_of_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if kind == Kind::Dir || kind == Kind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let node = NewNode {
+            kind,
+            perm: (mode & 0o7777) as u16,
+            uid: 0,
+            gid: 0,
+            rdev,
+            symlink: b"",
+        };
+        self.entry(reply, self.new_node(req, parent.0, name, node));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let node = NewNode {
+            kind: Kind::Dir,
+            perm: (mode & 0o7777) as u16,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: b"",
+        };
+        self.entry(reply, self.new_node(req, parent.0, name, node));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.engine.ns.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.engine.ns.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        if target.len() > 4095 {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
+        let node = NewNode {
+            kind: Kind::Symlink,
+            perm: 0o777,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: target,
+        };
+        self.entry(reply, self.new_node(req, parent.0, link_name, node));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT)
+            || flags.contains(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)
+        {
+            return reply.error(Errno::EINVAL);
+        }
+        Self::empty(
+            reply,
+            self.engine.ns.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.contains(RenameFlags::RENAME_NOREPLACE),
+                flags.contains(RenameFlags::RENAME_EXCHANGE),
+            ),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.engine.ns.link(ino.0, newparent.0, newname.as_bytes()),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.engine.ns.get(ino.0) {
+            Ok(i) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
+            Ok(i) => {
+                // With FUSE_ATOMIC_O_TRUNC the truncation comes with the open, not as a setattr.
+                if flags.0 & libc::O_TRUNC != 0 && i.kind == Kind::File {
+                    let truncated = self.engine.truncate(ino.0, 0).and_then(|()| {
+                        let size = SetAttr {
+                            size: Some(0),
+                            ..SetAttr::default()
+                        };
+                        self.engine.ns.setattr(ino.0, &size)
+                    });
+                    if let Err(e) = truncated {
+                        return reply.error(err(&e));
+                    }
+                }
+                self.engine.ns.opened(ino.0);
+                reply.opened(FileHandle(0), self.open_flags(flags.0));
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.engine.read(ino.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.engine.write(ino.0, offset, data) {
+            Ok(_) => reply.written(data.len() as u32),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let object = self.engine.ns.get(ino.0).map(|i| i.object);
+        match self.engine.ns.released(ino.0) {
+            Ok(true) => {
+                if let Ok(object) = object {
+                    self.engine.volume.close(object);
+                }
+                reply.ok()
+            }
+            Ok(false) => reply.ok(),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.engine.fsync(ino.0));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.engine.ns.list(ino.0) {
+            Ok(entries) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.dirs.insert(fh, Arc::new(entries));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        // A rewind (offset 0) sees the directory as it is now.
+        if offset == 0 {
+            match self.engine.ns.list(ino.0) {
+                Ok(entries) => {
+                    self.dirs.insert(fh.0, Arc::new(entries));
+                }
+                Err(e) => return reply.error(err(&e)),
+            }
+        }
+        let Some(entries) = self.dirs.get(&fh.0).map(|e| e.clone()) else {
+            return reply.error(Errno::EBADF);
+        };
+        let parent = self.engine.ns.get(ino.0).map(|i| i.parent).unwrap_or(ino.0);
+        let dots = [
+            (b".".to_vec(), ino.0, Kind::Dir),
+            (b"..".to_vec(), parent, Kind::Dir),
+        ];
+        for (i, (name, child, kind)) in dots
+            .iter()
+            .chain(entries.iter())
+            .enumerate()
+            .skip(offset as usize)
+        {
+            let ft = match kind {
+                Kind::File => FileType::RegularFile,
+                Kind::Dir => FileType::Directory,
+                Kind::Symlink => FileType::Symlink,
+                Kind::Fifo => FileType::NamedPipe,
+                Kind::Socket => FileType::Socket,
+                Kind::CharDev => FileType::CharDevice,
+                Kind::BlockDev => FileType::BlockDevice,
+            };
+            if reply.add(INodeNo(*child), i as u64 + 1, ft, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.engine.commit());
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (total, avail) = self.engine.capacity();
+        let counts = self.engine.ns.counts();
+        let free_inodes = 1u64 << 32;
+        reply.statfs(
+            total / BLOCK as u64,
+            avail / BLOCK as u64,
+            avail / BLOCK as u64,
+            counts.inodes + free_inodes,
+            free_inodes,
+            BLOCK,
+            255,
+            BLOCK,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.as_bytes();
+        let r = match control::key(name) {
+            Some(key) => control::set(&self.engine, req.uid(), ino.0, key, value),
+            None => self.engine.ns.setxattr(ino.0, name, value, flags),
+        };
+        Self::empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.as_bytes();
+        let r = match control::key(name) {
+            Some(key) => control::get(&self.engine, ino.0, key),
+            None => self.engine.ns.getxattr(ino.0, name),
+        };
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(Errno::ERANGE),
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.engine.ns.listxattr(ino.0) {
+            Ok(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    out.extend_from_slice(&n);
+                    out.push(0);
+                }
+                if size == 0 {
+                    reply.size(out.len() as u32)
+                } else if out.len() <= size as usize {
+                    reply.data(&out)
+                } else {
+                    reply.error(Errno::ERANGE)
+                }
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes();
+        let r = match control::key(name) {
+            Some(key) => control::remove(&self.engine, req.uid(), ino.0, key),
+            None => self.engine.ns.removexattr(ino.0, name),
+        };
+        Self::empty(reply, r);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // Reached only without default_permissions: check the mode bits as the kernel would.
+        match self.engine.ns.get(ino.0) {
+            Ok(i) => {
+                let want = mask.bits() as u16 & 0o7;
+                let have = if req.uid() == 0 {
+                    if want & 1 != 0 && i.kind != Kind::Dir && i.perm & 0o111 == 0 {
+                        0o6
+                    } else {
+                        0o7
+                    }
+                } else if req.uid() == i.uid {
+                    (i.perm >> 6) & 7
+                } else if req.gid() == i.gid {
+                    (i.perm >> 3) & 7
+                } else {
+                    i.perm & 7
+                };
+                if want & !have == 0 {
+                    reply.ok()
+                } else {
+                    reply.error(Errno::EACCES)
+                }
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let node = NewNode {
+            kind: Kind::File,
+            perm: (mode & 0o7777) as u16,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: b"",
+        };
+        match self.new_node(req, parent.0, name, node) {
+            Ok(i) => {
+                self.engine.ns.opened(i.ino);
+                reply.created(
+                    &self.ttl,
+                    &self.attr(&i),
+                    Generation(0),
+                    FileHandle(0),
+                    self.open_flags(flags),
+                );
+            }
+            Err(e) => reply.error(err(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.engine.fallocate(ino.0, offset, length, mode));
+    }
+}

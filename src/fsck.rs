@@ -1,0 +1,203 @@
+//! Offline check of a volume: the namespace against itself and against the object files.
+
+use crate::engine::namespace_path;
+use crate::error::Result;
+use crate::namespace::{Inode, Kind, Namespace, ROOT};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use stripe::Volume;
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Problem {
+    pub kind: &'static str,
+    pub detail: String,
+    pub repaired: bool,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct Report {
+    pub inodes: usize,
+    pub entries: usize,
+    pub objects: usize,
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    pub fn clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub fn unrepaired(&self) -> usize {
+        self.problems.iter().filter(|p| !p.repaired).count()
+    }
+}
+
+/// Checks (and with `repair`, mends) the volume a config describes. The volume must not be
+/// mounted: its device locks are taken for the duration.
+pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
+    let volume = Volume::open(&config.volume.devices)?;
+    let ns = Namespace::open(&namespace_path(config))?;
+    let mut report = Report::default();
+    // Repairs can expose more (an unreachable directory's children), so go until stable.
+    for _ in 0..16 {
+        let repaired = pass(&volume, &ns, repair, &mut report)?;
+        if repaired == 0 {
+            break;
+        }
+    }
+    if repair {
+        for object in ns.sync()? {
+            let _ = volume.remove(object);
+        }
+        volume.sync_all()?;
+    }
+    Ok(report)
+}
+
+fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> Result<usize> {
+    let before = report.problems.len();
+    let (inodes, entries) = ns.snapshot();
+    let by_ino: HashMap<u64, &Inode> = inodes.iter().map(|i| (i.ino, i)).collect();
+    report.inodes = inodes.len();
+    report.entries = entries.len();
+    let mut problem = |kind: &'static str, detail: String, repaired: bool| {
+        report.problems.push(Problem {
+            kind,
+            detail,
+            repaired,
+        })
+    };
+
+    let mut refs: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (parent, name, ino) in &entries {
+        let shown = String::from_utf8_lossy(name);
+        match by_ino.get(ino) {
+            None => {
+                if repair {
+                    ns.repair_entry(*parent, name)?;
+                }
+                problem(
+                    "dangling-entry",
+                    format!("entry \"{shown}\" in directory {parent} names missing inode {ino}"),
+                    repair,
+                );
+            }
+            Some(i) => {
+                *refs.entry(*ino).or_default() += 1;
+                if i.kind == Kind::Dir {
+                    *subdirs.entry(*parent).or_default() += 1;
+                    if i.parent != *parent {
+                        if repair {
+                            ns.repair_inode(i.ino, Some(Inode { parent: *parent, ..(*i).clone() }))?;
+                        }
+                        problem(
+                            "wrong-parent",
+                            format!("directory {ino} (\"{shown}\") records parent {} but lives in {parent}", i.parent),
+                            repair,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    for i in &inodes {
+        let links = refs.get(&i.ino).copied().unwrap_or(0);
+        if i.ino != ROOT && links == 0 {
+            if repair {
+                ns.repair_inode(i.ino, None)?;
+                if i.kind == Kind::File {
+                    ns.discard_object(i.object);
+                }
+            }
+            problem(
+                "unreachable-inode",
+                format!("inode {} ({:?}, {} bytes) has no name", i.ino, i.kind, i.size),
+                repair,
+            );
+            continue;
+        }
+        let want = match i.kind {
+            Kind::Dir => 2 + subdirs.get(&i.ino).copied().unwrap_or(0),
+            _ => links,
+        };
+        if i.nlink != want {
+            if repair {
+                ns.repair_inode(i.ino, Some(Inode { nlink: want, ..i.clone() }))?;
+            }
+            problem(
+                "wrong-link-count",
+                format!("inode {} has link count {} but {want} links", i.ino, i.nlink),
+                repair,
+            );
+        }
+        if i.kind == Kind::File && i.layout.is_none() {
+            problem("no-layout", format!("file inode {} has no layout", i.ino), false);
+        }
+    }
+
+    // Objects against the files that own them.
+    let n = volume.device_count();
+    let owners: HashMap<u64, &Inode> = inodes
+        .iter()
+        .filter(|i| i.kind == Kind::File)
+        .map(|i| (i.object, i))
+        .collect();
+    let objects = volume.list_objects()?;
+    report.objects = objects.len();
+    let mut seen: HashSet<u64> = HashSet::new();
+    for o in &objects {
+        let Some(owner) = owners.get(&o.ino) else {
+            if repair {
+                volume.remove_from(o.device, o.ino)?;
+            }
+            problem(
+                "orphan-object",
+                format!("object {} on device {} ({} bytes) belongs to no file", o.ino, o.device, o.len),
+                repair,
+            );
+            continue;
+        };
+        seen.insert(o.ino);
+        let Some(layout) = owner.layout else { continue };
+        let Some(slot) = layout.slot_of_device(o.device, n) else {
+            if repair {
+                volume.remove_from(o.device, o.ino)?;
+            }
+            problem(
+                "stray-object",
+                format!("file inode {} has an object on device {}, outside its layout", owner.ino, o.device),
+                repair,
+            );
+            continue;
+        };
+        let want = layout.object_len(owner.size, slot);
+        if o.len > want {
+            if repair {
+                volume.truncate(o.ino, &layout, owner.size)?;
+            }
+            problem(
+                "stale-tail",
+                format!(
+                    "file inode {} object on device {} is {} bytes; the file's size ({}) needs {want}",
+                    owner.ino, o.device, o.len, owner.size
+                ),
+                repair,
+            );
+        }
+    }
+    for (object, owner) in &owners {
+        if owner.has_data && owner.size > 0 && !seen.contains(object) {
+            problem(
+                "missing-objects",
+                format!(
+                    "file inode {} ({} bytes) has no object files on any device: its data is lost",
+                    owner.ino, owner.size
+                ),
+                false,
+            );
+        }
+    }
+    Ok(report.problems[before..].iter().filter(|p| p.repaired).count())
+}

@@ -1,0 +1,12 @@
+//! stripefs: a FUSE filesystem that stripes files RAID-0 style across backing devices.
+//! The binary wires the crates below it: `stripe` (layout and devices), `mountcfg` (config).
+
+pub mod cli;
+pub mod control;
+pub mod daemon;
+pub mod engine;
+pub mod error;
+pub mod fs;
+pub mod fsck;
+pub mod namespace;
+pub mod xattr;

@@ -1,0 +1,75 @@
+//! The CLI's side of the control plane: extended attributes on paths.
+
+use crate::control::PREFIX;
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cpath(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+pub fn get(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let p = cpath(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: buffer and strings are valid for the call.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if len < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
+pub fn set(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let p = cpath(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: buffer and strings are valid for the call.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn remove(path: &Path, name: &str) -> io::Result<()> {
+    let p = cpath(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: strings are valid for the call.
+    if unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turns an errno from a control xattr into words about `path`.
+pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
+    let p = path.display();
+    Error::Usage(match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
+            format!("{p} is not on a stripefs volume (no {PREFIX}{key})")
+        }
+        Some(libc::ENOENT) => format!("{p}: no such file or directory"),
+        Some(libc::EINVAL) => format!("{p}: the value was refused as invalid for {PREFIX}{key}"),
+        Some(libc::EBUSY) => format!("{p}: the file has data; use `stripefs migrate` to restripe it"),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            format!("{p}: permission denied (only the owner or root may change this)")
+        }
+        _ => format!("{p}: {e}"),
+    })
+}
+
+/// The status JSON of the volume mounted at `mountpoint`.
+pub fn volume_status(mountpoint: &Path) -> Result<serde_json::Value> {
+    let raw = get(mountpoint, &format!("{PREFIX}status")).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => Error::Usage(format!("{}: no such directory", mountpoint.display())),
+        _ => Error::Usage(format!(
+            "{} is not a stripefs mount (give the mountpoint itself)",
+            mountpoint.display()
+        )),
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| Error::Usage(format!("bad status from the daemon: {e}")))
+}
