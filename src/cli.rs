@@ -214,7 +214,10 @@ fn run(command: Command) -> Result<i32> {
         Command::Status { mountpoint, json } => {
             let status = xattr::volume_status(&mountpoint)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&status).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&status).unwrap_or_default()
+                );
             } else {
                 print_status(&status);
             }
@@ -242,7 +245,10 @@ fn run(command: Command) -> Result<i32> {
             let cfg = mountcfg::load(&config)?;
             let report = fsck::check(&cfg, repair)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
             } else {
                 for p in &report.problems {
                     let state = if p.repaired { "repaired" } else { "found" };
@@ -311,7 +317,8 @@ fn layout_spec(stripe_size: Option<String>, width: Option<u32>) -> Result<String
     if let Some(s) = stripe_size {
         let bytes = mountcfg::parse_size(&s)
             .map_err(|e| Error::Usage(format!("--stripe-size {s}: {e}")))?;
-        if !bytes.is_power_of_two() || !(mountcfg::MIN_STRIPE..=mountcfg::MAX_STRIPE).contains(&bytes)
+        if !bytes.is_power_of_two()
+            || !(mountcfg::MIN_STRIPE..=mountcfg::MAX_STRIPE).contains(&bytes)
         {
             return Err(Error::Usage(format!(
                 "--stripe-size {s}: must be a power of two from 8K to 256K"
@@ -338,7 +345,10 @@ fn layout(action: LayoutAction) -> Result<()> {
             let info: serde_json::Value = serde_json::from_slice(&raw)
                 .map_err(|e| Error::Usage(format!("bad layout from the daemon: {e}")))?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&info).unwrap_or_default()
+                );
                 return Ok(());
             }
             println!(
@@ -420,7 +430,10 @@ fn print_status(s: &serde_json::Value) {
         b("capacity_bytes"),
         b("available_bytes")
     );
-    println!("\n  #  {:<40} {:>12} {:>12} {:>12}", "device", "size", "used", "free");
+    println!(
+        "\n  #  {:<40} {:>12} {:>12} {:>12}",
+        "device", "size", "used", "free"
+    );
     for d in s["devices"].as_array().into_iter().flatten() {
         let h = |k: &str| human_bytes(d[k].as_u64().unwrap_or(0));
         println!(
@@ -458,7 +471,10 @@ fn demo(dir: &Path, devices: usize) -> Result<()> {
         std::fs::create_dir_all(p).map_err(|e| io(p, e))?;
     }
     let config_path = dir.join("demo.toml");
-    let list: Vec<String> = paths.iter().map(|p| format!("\"{}\"", p.display())).collect();
+    let list: Vec<String> = paths
+        .iter()
+        .map(|p| format!("\"{}\"", p.display()))
+        .collect();
     let text = format!(
         "# The stripefs demo volume: {devices} directories standing in for disks.\n\
          [volume]\ndevices = [{}]\nstripe_size = \"64K\"\n",

@@ -43,7 +43,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         Key::Layout => {
             let info = engine.layout_info(ino)?;
             let l = Layout::new(info.stripe_size, info.width, info.first_device);
-            Ok(l.to_string().into_bytes())
+            Ok(format_layout(&l).into_bytes())
         }
         Key::LayoutJson => json(&engine.layout_info(ino)?),
         Key::Status if ino == ROOT => json(&engine.status()?),
@@ -65,7 +65,7 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
                 Some(l) => l,
                 None => engine.ns.inherited_layout(ino, engine.volume_layout()),
             };
-            let mut layout = Layout::parse_spec(text, base).map_err(|e| {
+            let mut layout = parse_layout(text, base).map_err(|e| {
                 log::info!("refused layout \"{text}\": {e}");
                 Error::Errno(libc::EINVAL)
             })?;
@@ -105,6 +105,80 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
     }
 }
 
+/// `stripe_size=64K width=4 first_device=1`, the value of `user.stripefs.layout`.
+pub fn format_layout(l: &Layout) -> String {
+    format!(
+        "stripe_size={} width={} first_device={}",
+        mountcfg::format_size(l.stripe_size as u64),
+        l.width,
+        l.first_device
+    )
+}
+
+/// Parses a layout value; keys left out keep `base`'s value. Checked against the volume later.
+pub fn parse_layout(spec: &str, base: Layout) -> std::result::Result<Layout, String> {
+    let mut layout = base;
+    let mut any = false;
+    for part in spec.split(|c: char| c.is_whitespace() || c == ',') {
+        if part.is_empty() {
+            continue;
+        }
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("\"{part}\" is not key=value"))?;
+        let number = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| format!("{key}=\"{v}\" is not a number"))
+        };
+        match key {
+            "stripe_size" => {
+                layout.stripe_size = mountcfg::parse_size(value)
+                    .ok()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| format!("stripe_size=\"{value}\" is not a size"))?
+            }
+            "width" => layout.width = number(value)?,
+            "first_device" => layout.first_device = number(value)?,
+            other => {
+                return Err(format!(
+                    "unknown layout key \"{other}\" (stripe_size, width)"
+                ))
+            }
+        }
+        any = true;
+    }
+    if !any {
+        return Err("empty layout; expected e.g. \"stripe_size=64K width=4\"".into());
+    }
+    Ok(layout)
+}
+
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     serde_json::to_vec_pretty(value).map_err(|e| Error::Store(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_values_parse_and_print() {
+        let base = Layout::new(65536, 4, 2);
+        let l = parse_layout("stripe_size=128K width=2", base).unwrap();
+        assert_eq!(l, Layout::new(131072, 2, 2));
+        assert_eq!(format_layout(&l), "stripe_size=128K width=2 first_device=2");
+        assert_eq!(parse_layout(&format_layout(&l), base).unwrap(), l);
+        assert_eq!(parse_layout("stripe_size=65536", base).unwrap(), base);
+        assert!(parse_layout("stripe_size=12Q", base).is_err());
+        assert!(parse_layout("colour=red", base).is_err());
+        assert!(parse_layout("width=two", base).is_err());
+        assert!(parse_layout("", base).is_err());
+    }
+
+    #[test]
+    fn keys_in_our_namespace() {
+        assert_eq!(key(b"user.stripefs.layout"), Some(Key::Layout));
+        assert_eq!(key(b"user.stripefs.bogus"), Some(Key::Unknown));
+        assert_eq!(key(b"user.other"), None);
+    }
 }

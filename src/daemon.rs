@@ -55,9 +55,12 @@ pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<
             }
             ("fsname", Some(v)) => m.fsname = Some(v.to_string()),
             // What mount(8) and fstab pass along that means nothing here.
-            ("defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "users" | "nouser"
-            | "suid" | "nosuid" | "dev" | "nodev" | "exec" | "noexec" | "atime" | "noatime"
-            | "relatime" | "async", _) => {}
+            (
+                "defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "users" | "nouser"
+                | "suid" | "nosuid" | "dev" | "nodev" | "exec" | "noexec" | "atime" | "noatime"
+                | "relatime" | "async",
+                _,
+            ) => {}
             _ => {
                 return Err(Error::Usage(format!(
                     "unknown mount option \"{opt}\" (known: allow_other, default_permissions, \
@@ -72,9 +75,8 @@ pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<
 
 /// The mountpoint must be a directory apart from every device.
 fn check_mountpoint(config: &mountcfg::Config, mountpoint: &Path) -> Result<PathBuf> {
-    let mp = std::fs::canonicalize(mountpoint).map_err(|e| {
-        Error::Usage(format!("mountpoint {}: {e}", mountpoint.display()))
-    })?;
+    let mp = std::fs::canonicalize(mountpoint)
+        .map_err(|e| Error::Usage(format!("mountpoint {}: {e}", mountpoint.display())))?;
     if !mp.is_dir() {
         return Err(Error::Usage(format!(
             "mountpoint {} is not a directory",
@@ -97,7 +99,9 @@ fn check_mountpoint(config: &mountcfg::Config, mountpoint: &Path) -> Result<Path
 pub fn default_log_path(config: &mountcfg::Config) -> PathBuf {
     match &config.volume.meta {
         Some(dir) => dir.join("stripefs.log"),
-        None => config.volume.devices[0].join(".stripefs").join("daemon.log"),
+        None => config.volume.devices[0]
+            .join(".stripefs")
+            .join("daemon.log"),
     }
 }
 
@@ -123,11 +127,7 @@ impl Ready {
 }
 
 /// Mounts and serves until unmounted or signalled.
-pub fn run_foreground(
-    config: mountcfg::Config,
-    mountpoint: &Path,
-    mut ready: Ready,
-) -> Result<()> {
+pub fn run_foreground(config: mountcfg::Config, mountpoint: &Path, mut ready: Ready) -> Result<()> {
     let result = serve(config, mountpoint, &mut ready);
     if let Err(e) = &result {
         ready.send(&format!("error: {e}\n"));
@@ -200,7 +200,10 @@ fn serve(config: mountcfg::Config, mountpoint: &Path, ready: &mut Ready) -> Resu
         if let Some(sig) = signals.forever().next() {
             log::info!("signal {sig}: unmounting {}", mp_for_signal.display());
             if let Err(e) = unmounter.unmount() {
-                log::warn!("unmount failed ({e}); detaching {}", mp_for_signal.display());
+                log::warn!(
+                    "unmount failed ({e}); detaching {}",
+                    mp_for_signal.display()
+                );
                 lazy_umount(&mp_for_signal);
             }
         }
@@ -355,7 +358,8 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
 fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !matches!(
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()),
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next()),
             Some("Z") | Some("X")
         ),
         Err(_) => false,

@@ -27,7 +27,9 @@ pub struct Engine {
 pub fn namespace_path(config: &mountcfg::Config) -> PathBuf {
     match &config.volume.meta {
         Some(dir) => dir.join("namespace.redb"),
-        None => config.volume.devices[0].join(".stripefs").join("namespace.redb"),
+        None => config.volume.devices[0]
+            .join(".stripefs")
+            .join("namespace.redb"),
     }
 }
 

@@ -89,7 +89,13 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
                     *subdirs.entry(*parent).or_default() += 1;
                     if i.parent != *parent {
                         if repair {
-                            ns.repair_inode(i.ino, Some(Inode { parent: *parent, ..(*i).clone() }))?;
+                            ns.repair_inode(
+                                i.ino,
+                                Some(Inode {
+                                    parent: *parent,
+                                    ..(*i).clone()
+                                }),
+                            )?;
                         }
                         problem(
                             "wrong-parent",
@@ -113,7 +119,10 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             }
             problem(
                 "unreachable-inode",
-                format!("inode {} ({:?}, {} bytes) has no name", i.ino, i.kind, i.size),
+                format!(
+                    "inode {} ({:?}, {} bytes) has no name",
+                    i.ino, i.kind, i.size
+                ),
                 repair,
             );
             continue;
@@ -124,16 +133,29 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
         };
         if i.nlink != want {
             if repair {
-                ns.repair_inode(i.ino, Some(Inode { nlink: want, ..i.clone() }))?;
+                ns.repair_inode(
+                    i.ino,
+                    Some(Inode {
+                        nlink: want,
+                        ..i.clone()
+                    }),
+                )?;
             }
             problem(
                 "wrong-link-count",
-                format!("inode {} has link count {} but {want} links", i.ino, i.nlink),
+                format!(
+                    "inode {} has link count {} but {want} links",
+                    i.ino, i.nlink
+                ),
                 repair,
             );
         }
         if i.kind == Kind::File && i.layout.is_none() {
-            problem("no-layout", format!("file inode {} has no layout", i.ino), false);
+            problem(
+                "no-layout",
+                format!("file inode {} has no layout", i.ino),
+                false,
+            );
         }
     }
 
@@ -154,7 +176,10 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             }
             problem(
                 "orphan-object",
-                format!("object {} on device {} ({} bytes) belongs to no file", o.ino, o.device, o.len),
+                format!(
+                    "object {} on device {} ({} bytes) belongs to no file",
+                    o.ino, o.device, o.len
+                ),
                 repair,
             );
             continue;
@@ -167,7 +192,10 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             }
             problem(
                 "stray-object",
-                format!("file inode {} has an object on device {}, outside its layout", owner.ino, o.device),
+                format!(
+                    "file inode {} has an object on device {}, outside its layout",
+                    owner.ino, o.device
+                ),
                 repair,
             );
             continue;
@@ -199,5 +227,8 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             );
         }
     }
-    Ok(report.problems[before..].iter().filter(|p| p.repaired).count())
+    Ok(report.problems[before..]
+        .iter()
+        .filter(|p| p.repaired)
+        .count())
 }

@@ -104,6 +104,9 @@ pub struct Inode {
     pub symlink: Vec<u8>,
 }
 
+/// A directory entry: (parent, name, inode).
+pub type Entry = (u64, Vec<u8>, u64);
+
 /// What a new node is made of.
 pub struct NewNode<'a> {
     pub kind: Kind,
@@ -282,7 +285,8 @@ impl Namespace {
     /// Makes a new, empty namespace with a root directory owned by `uid:gid`.
     pub fn format(path: &Path, uuid: Uuid, uid: u32, gid: u32) -> Result<()> {
         if path.exists() {
-            std::fs::remove_file(path).map_err(|e| Error::Store(format!("{}: {e}", path.display())))?;
+            std::fs::remove_file(path)
+                .map_err(|e| Error::Store(format!("{}: {e}", path.display())))?;
         }
         let db = Database::create(path)?;
         let now = Time::now();
@@ -310,7 +314,8 @@ impl Namespace {
             let mut meta = tx.open_table(META)?;
             meta.insert("uuid", uuid.as_bytes().as_slice())?;
             meta.insert("next_ino", 2u64.to_le_bytes().as_slice())?;
-            tx.open_table(INODES)?.insert(ROOT, encode(&root).as_slice())?;
+            tx.open_table(INODES)?
+                .insert(ROOT, encode(&root).as_slice())?;
             tx.open_table(DIRENTS)?;
             tx.open_table(XATTRS)?;
         }
@@ -934,7 +939,7 @@ impl Namespace {
     }
 
     /// Every inode and every entry, for fsck.
-    pub fn snapshot(&self) -> (Vec<Inode>, Vec<(u64, Vec<u8>, u64)>) {
+    pub fn snapshot(&self) -> (Vec<Inode>, Vec<Entry>) {
         let st = self.state.read();
         let inodes = st.inodes.values().cloned().collect();
         let entries = st
@@ -1030,10 +1035,22 @@ mod tests {
         let b = ns.create(ROOT, b"b", node(Kind::Dir), L, 2).unwrap();
         ns.create(b.ino, b"x", node(Kind::File), L, 2).unwrap();
         let e = |r: Result<()>| r.unwrap_err().errno();
-        assert_eq!(e(ns.rename(ROOT, b"a", b.ino, b"x", false, false)), libc::ENOTDIR);
-        assert_eq!(e(ns.rename(ROOT, b"a", ROOT, b"b", false, false)), libc::ENOTEMPTY);
-        assert_eq!(e(ns.rename(ROOT, b"a", a.ino, b"in", false, false)), libc::EINVAL);
-        assert_eq!(e(ns.rename(ROOT, b"b", ROOT, b"a", true, false)), libc::EEXIST);
+        assert_eq!(
+            e(ns.rename(ROOT, b"a", b.ino, b"x", false, false)),
+            libc::ENOTDIR
+        );
+        assert_eq!(
+            e(ns.rename(ROOT, b"a", ROOT, b"b", false, false)),
+            libc::ENOTEMPTY
+        );
+        assert_eq!(
+            e(ns.rename(ROOT, b"a", a.ino, b"in", false, false)),
+            libc::EINVAL
+        );
+        assert_eq!(
+            e(ns.rename(ROOT, b"b", ROOT, b"a", true, false)),
+            libc::EEXIST
+        );
         // Move a directory: link counts of both parents follow.
         ns.rename(ROOT, b"a", b.ino, b"a2", false, false).unwrap();
         assert_eq!(ns.get(ROOT).unwrap().nlink, 3);
@@ -1069,9 +1086,15 @@ mod tests {
         assert_eq!(ns.inherited_layout(sub.ino, L), wide);
         let f1 = ns.create(sub.ino, b"1", node(Kind::File), wide, 4).unwrap();
         let f2 = ns.create(sub.ino, b"2", node(Kind::File), wide, 4).unwrap();
-        assert_ne!(f1.layout.unwrap().first_device, f2.layout.unwrap().first_device);
+        assert_ne!(
+            f1.layout.unwrap().first_device,
+            f2.layout.unwrap().first_device
+        );
         ns.note_write(f1.ino, 1).unwrap();
-        assert_eq!(ns.set_layout(f1.ino, Some(L)).unwrap_err().errno(), libc::EBUSY);
+        assert_eq!(
+            ns.set_layout(f1.ino, Some(L)).unwrap_err().errno(),
+            libc::EBUSY
+        );
         ns.set_layout(f2.ino, Some(L)).unwrap();
     }
 }

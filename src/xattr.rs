@@ -8,7 +8,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn cpath(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 pub fn get(path: &Path, name: &str) -> io::Result<Vec<u8>> {
@@ -28,7 +29,15 @@ pub fn set(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     let p = cpath(path)?;
     let n = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: buffer and strings are valid for the call.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -54,7 +63,9 @@ pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
         }
         Some(libc::ENOENT) => format!("{p}: no such file or directory"),
         Some(libc::EINVAL) => format!("{p}: the value was refused as invalid for {PREFIX}{key}"),
-        Some(libc::EBUSY) => format!("{p}: the file has data; use `stripefs migrate` to restripe it"),
+        Some(libc::EBUSY) => {
+            format!("{p}: the file has data; use `stripefs migrate` to restripe it")
+        }
         Some(libc::EPERM) | Some(libc::EACCES) => {
             format!("{p}: permission denied (only the owner or root may change this)")
         }
@@ -71,5 +82,6 @@ pub fn volume_status(mountpoint: &Path) -> Result<serde_json::Value> {
             mountpoint.display()
         )),
     })?;
-    serde_json::from_slice(&raw).map_err(|e| Error::Usage(format!("bad status from the daemon: {e}")))
+    serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("bad status from the daemon: {e}")))
 }

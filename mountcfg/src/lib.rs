@@ -196,7 +196,10 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
     }
 
     fn err(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> ConfigError {
@@ -221,21 +224,13 @@ impl Ctx<'_> {
         ConfigError::Invalid {
             file: self.path.display().to_string(),
             line,
-            key: if key.is_empty() {
-                "(file)".into()
-            } else {
-                key
-            },
+            key: if key.is_empty() { "(file)".into() } else { key },
             message,
         }
     }
 }
 
-fn validate_volume(
-    ctx: &Ctx,
-    raw: RawVolume,
-    base: &Path,
-) -> Result<VolumeSection, ConfigError> {
+fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSection, ConfigError> {
     let devices_span = raw.devices.span();
     let list = raw.devices.into_inner();
     if list.is_empty() {

@@ -21,7 +21,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     if num.is_empty() {
         return Err("a number is needed, e.g. 64K".into());
     }
-    let value: f64 = num.parse().map_err(|_| format!("\"{num}\" is not a number"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{num}\" is not a number"))?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
         return Err(format!("\"{text}\" is not a whole number of bytes"));
@@ -32,7 +34,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Formats a byte count the way configs spell it ("64K", "1M", "12345").
 pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }

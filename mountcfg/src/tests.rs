@@ -78,7 +78,9 @@ fn stripe_size_spellings() {
     let d = Dirs::new(1);
     for (text, bytes) in [("\"8K\"", 8192), ("\"256K\"", 262144), ("65536", 65536)] {
         let c = d
-            .parse(&format!("[volume]\ndevices = [\"d0\"]\nstripe_size = {text}\n"))
+            .parse(&format!(
+                "[volume]\ndevices = [\"d0\"]\nstripe_size = {text}\n"
+            ))
             .unwrap();
         assert_eq!(c.volume.stripe_size, bytes, "{text}");
     }

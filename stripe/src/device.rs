@@ -165,7 +165,8 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
             created_unix,
         };
         let text = serde_json::to_string_pretty(&sb).expect("superblock serialises");
-        write_durably(&meta.join(SUPERBLOCK), text.as_bytes()).map_err(|e| io_err(index, path, e))?;
+        write_durably(&meta.join(SUPERBLOCK), text.as_bytes())
+            .map_err(|e| io_err(index, path, e))?;
     }
     Ok(uuid)
 }
@@ -322,18 +323,32 @@ mod tests {
 
         let foreign = vec![paths[0].clone(), paths[1].clone(), paths[3].clone()];
         let e = open_devices(&foreign).unwrap_err().to_string();
-        assert!(e.contains(&format!("device {} belongs to volume", paths[3].display())), "{e}");
+        assert!(
+            e.contains(&format!("device {} belongs to volume", paths[3].display())),
+            "{e}"
+        );
 
         let blank = _root.path().join("blank");
         fs::create_dir(&blank).unwrap();
         let e = open_devices(&[paths[0].clone(), paths[1].clone(), blank.clone()])
             .unwrap_err()
             .to_string();
-        assert!(e.contains(&format!("device {} holds no stripefs volume", blank.display())), "{e}");
+        assert!(
+            e.contains(&format!(
+                "device {} holds no stripefs volume",
+                blank.display()
+            )),
+            "{e}"
+        );
 
         let gone = _root.path().join("gone");
-        let e = open_devices(&[gone.clone()]).unwrap_err().to_string();
-        assert!(e.contains(&format!("device {} is missing", gone.display())), "{e}");
+        let e = open_devices(std::slice::from_ref(&gone))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("device {} is missing", gone.display())),
+            "{e}"
+        );
     }
 
     #[test]

@@ -37,7 +37,12 @@ pub(crate) fn preadv_full(fd: RawFd, bufs: &mut [&mut [u8]], mut offset: u64) ->
             return Ok(()); // end of file: the rest stays zero
         }
         offset += n as u64;
-        advance(bufs.iter().map(|b| b.len()), &mut idx, &mut skip, n as usize);
+        advance(
+            bufs.iter().map(|b| b.len()),
+            &mut idx,
+            &mut skip,
+            n as usize,
+        );
     }
     Ok(())
 }
@@ -72,7 +77,12 @@ pub(crate) fn pwritev_full(fd: RawFd, bufs: &[&[u8]], mut offset: u64) -> io::Re
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         offset += n as u64;
-        advance(bufs.iter().map(|b| b.len()), &mut idx, &mut skip, n as usize);
+        advance(
+            bufs.iter().map(|b| b.len()),
+            &mut idx,
+            &mut skip,
+            n as usize,
+        );
     }
     Ok(())
 }

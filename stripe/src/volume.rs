@@ -138,9 +138,7 @@ impl Volume {
         std::thread::scope(|scope| {
             let mut work = plan.iter().zip(parts);
             let first = work.next();
-            let handles: Vec<_> = work
-                .map(|(io, p)| scope.spawn(|| op(io, p)))
-                .collect();
+            let handles: Vec<_> = work.map(|(io, p)| scope.spawn(|| op(io, p))).collect();
             let mut result = first.map_or(Ok(()), |(io, p)| op(io, p));
             for h in handles {
                 let r = h.join().unwrap_or_else(|_| {
@@ -207,7 +205,14 @@ impl Volume {
 
     /// fallocate(2) over a file range, mapped onto each object; `mode` as for fallocate
     /// (0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE).
-    pub fn fallocate(&self, ino: u64, layout: &Layout, offset: u64, len: u64, mode: i32) -> Result<()> {
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<()> {
         let objs = self.objects(ino);
         let n = self.device_count();
         // Plan in chunks: `plan` works on in-memory lengths.
@@ -324,7 +329,14 @@ impl Volume {
 
     /// Copies an object's data into another object id under a new layout (for migration);
     /// all-zero chunks are left as holes.
-    pub fn copy_to(&self, ino: u64, from: &Layout, size: u64, to_ino: u64, to: &Layout) -> Result<()> {
+    pub fn copy_to(
+        &self,
+        ino: u64,
+        from: &Layout,
+        size: u64,
+        to_ino: u64,
+        to: &Layout,
+    ) -> Result<()> {
         const CHUNK: u64 = 4 << 20;
         let mut buf = vec![0u8; CHUNK as usize];
         let mut pos = 0;
@@ -385,7 +397,10 @@ fn split_mut<'a>(buf: &'a mut [u8], plan: &[SlotIo]) -> Vec<Vec<&'a mut [u8]>> {
         .flat_map(|(p, io)| io.segments.iter().map(move |&(o, l)| (o, l, p)))
         .collect();
     owner.sort_unstable();
-    let mut out: Vec<Vec<&mut [u8]>> = plan.iter().map(|io| Vec::with_capacity(io.segments.len())).collect();
+    let mut out: Vec<Vec<&mut [u8]>> = plan
+        .iter()
+        .map(|io| Vec::with_capacity(io.segments.len()))
+        .collect();
     let mut rest = buf;
     let mut at = 0;
     for (o, l, p) in owner {
@@ -412,7 +427,13 @@ mod tests {
                 p
             })
             .collect();
-        format(&FormatOptions { devices: &paths, stripe_size: stripe, width: n as u32, force: false }).unwrap();
+        format(&FormatOptions {
+            devices: &paths,
+            stripe_size: stripe,
+            width: n as u32,
+            force: false,
+        })
+        .unwrap();
         let v = Volume::open(&paths).unwrap();
         (root, v)
     }
@@ -429,7 +450,9 @@ mod tests {
             assert_eq!(obj.len(), 256 * 1024);
             // Object row r of slot s holds stripe r*4+s.
             for row in 0..4usize {
-                assert!(obj[row * 65536..(row + 1) * 65536].iter().all(|&b| b as usize == row * 4 + slot as usize));
+                assert!(obj[row * 65536..(row + 1) * 65536]
+                    .iter()
+                    .all(|&b| b as usize == row * 4 + slot as usize));
             }
         }
         let mut back = vec![0u8; data.len()];
@@ -462,7 +485,14 @@ mod tests {
         let (_root, v) = volume(2, 8192);
         let layout = Layout::new(8192, 2, 0);
         v.write(3, &layout, 0, &[7u8; 40000]).unwrap();
-        v.fallocate(3, &layout, 10000, 10000, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        v.fallocate(
+            3,
+            &layout,
+            10000,
+            10000,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        )
+        .unwrap();
         let mut buf = vec![0u8; 40000];
         v.read(3, &layout, 0, &mut buf).unwrap();
         assert!(buf[..10000].iter().all(|&b| b == 7));

@@ -1,0 +1,259 @@
+//! Real volumes for integration tests: temporary device directories, `stripefs mkfs` and
+//! `stripefs mount` through the CLI, and a guard that always unmounts.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stripefs");
+
+/// Runs a command, killing it if it outlives `timeout`.
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{cmd:?} timed out after {timeout:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut out = Output {
+        status: child.wait().expect("status"),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut out.stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut out.stderr)
+        .unwrap();
+    out
+}
+
+/// `stripefs ARGS`, bounded in time.
+pub fn stripefs(args: &[&str]) -> Output {
+    run_with_timeout(Command::new(BIN).args(args), Duration::from_secs(120))
+}
+
+pub fn stripefs_ok(args: &[&str]) -> String {
+    let out = stripefs(args);
+    assert!(
+        out.status.success(),
+        "stripefs {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A volume on temporary directories; unmounted when dropped, whatever happened.
+pub struct TestVolume {
+    pub root: tempfile::TempDir,
+    pub devices: Vec<PathBuf>,
+    pub mnt: PathBuf,
+    pub config: PathBuf,
+    mounted: bool,
+}
+
+impl TestVolume {
+    /// A volume of `n` devices with `stripe` (e.g. "64K") and extra config text, formatted.
+    pub fn new(n: usize, stripe: &str, extra: &str) -> TestVolume {
+        let root = tempfile::tempdir().expect("tempdir");
+        let devices: Vec<PathBuf> = (0..n).map(|i| root.path().join(format!("d{i}"))).collect();
+        for d in &devices {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mnt = root.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let config = root.path().join("vol.toml");
+        let list: Vec<String> = devices
+            .iter()
+            .map(|d| format!("\"{}\"", d.display()))
+            .collect();
+        std::fs::write(
+            &config,
+            format!(
+                "[volume]\ndevices = [{}]\nstripe_size = \"{stripe}\"\n{extra}",
+                list.join(", ")
+            ),
+        )
+        .unwrap();
+        let v = TestVolume {
+            root,
+            devices,
+            mnt,
+            config,
+            mounted: false,
+        };
+        stripefs_ok(&["mkfs", v.cfg()]);
+        v
+    }
+
+    pub fn cfg(&self) -> &str {
+        self.config.to_str().unwrap()
+    }
+
+    pub fn mnt_str(&self) -> &str {
+        self.mnt.to_str().unwrap()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn mount(&mut self) {
+        self.mount_with(&[]);
+    }
+
+    pub fn mount_with(&mut self, extra: &[&str]) {
+        let mut args = vec!["mount", self.cfg(), self.mnt_str()];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        stripefs_ok(&refs);
+        self.mounted = true;
+    }
+
+    /// For a volume mounted by other means (mount(8)'s helper): the guard unmounts it.
+    pub fn umount_on_drop(&mut self) {
+        self.mounted = true;
+    }
+
+    pub fn umount(&mut self) {
+        stripefs_ok(&["umount", self.mnt_str()]);
+        self.mounted = false;
+    }
+
+    pub fn remount(&mut self) {
+        self.umount();
+        self.mount();
+    }
+
+    /// The daemon's pid, from the status xattr.
+    pub fn daemon_pid(&self) -> i32 {
+        let status = stripefs_ok(&["status", self.mnt_str(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+        v["pid"].as_i64().unwrap() as i32
+    }
+
+    /// SIGKILLs the daemon, as a crash would, and clears the dead mount.
+    pub fn crash(&mut self) {
+        let pid = self.daemon_pid();
+        // SAFETY: plain syscalls.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let start = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists()
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        lazy_umount(&self.mnt);
+        self.mounted = false;
+    }
+
+    /// Object file of inode-object `object` on device `dev`.
+    pub fn object(&self, dev: usize, object: u64) -> PathBuf {
+        self.devices[dev]
+            .join(".stripefs/objects")
+            .join(format!("{:02x}", object % 256))
+            .join(object.to_string())
+    }
+}
+
+pub fn lazy_umount(mnt: &Path) {
+    let c = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
+    // SAFETY: plain syscall.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+}
+
+impl Drop for TestVolume {
+    fn drop(&mut self) {
+        if self.mounted {
+            let out = run_with_timeout(
+                Command::new(BIN).args(["umount", self.mnt_str()]),
+                Duration::from_secs(60),
+            );
+            if !out.status.success() {
+                lazy_umount(&self.mnt);
+            }
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+pub fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: valid buffers.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid buffers.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
