@@ -776,9 +776,14 @@ impl Namespace {
 
     /// Relatime: atime moves on a read only when it is older than mtime or ctime.
     pub fn note_read(&self, ino: u64) {
+        let stale = |i: &Inode| i.atime <= i.mtime || i.atime <= i.ctime;
+        // Most reads change nothing: look under the shared lock first.
+        if !self.state.read().inodes.get(&ino).is_some_and(stale) {
+            return;
+        }
         let mut st = self.state.write();
         if let Some(i) = st.inodes.get_mut(&ino) {
-            if i.atime <= i.mtime || i.atime <= i.ctime {
+            if stale(i) {
                 i.atime = Time::now();
                 st.dirty.insert(ino);
             }
