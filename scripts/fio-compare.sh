@@ -37,7 +37,7 @@ measure() { # dir rw bs depth -> "MB/s IOPS"
   fio --name=m --directory="$1" --filename=fio.data --size="$size" --rw="$2" --bs="$3" \
       --iodepth="$4" --numjobs=1 --ioengine=libaio --direct=1 --runtime="$runtime" --time_based \
       --group_reporting --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j["read"] if j["read"]["io_bytes"] else j["write"]; print(f"{d[\"bw_bytes\"]/1e6:.1f} {d[\"iops\"]:.0f}")'
+    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j["read"] if j["read"]["io_bytes"] else j["write"]; print("%.1f %.0f" % (d["bw_bytes"]/1e6, d["iops"]))'
 }
 printf '%-20s %14s %14s %8s   (%s devices, stripe %s, %s, %ss each, fio libaio --direct=1)\n' \
   test "baseline MB/s" "stripefs MB/s" ratio "$devices" "$stripe" "$size" "$runtime"

@@ -82,6 +82,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(subcommand)]
+        action: Option<crate::bench_cmd::BenchAction>,
+        /// Any directory: a stripefs mount, a backing directory, anything
+        target: Option<PathBuf>,
+        #[command(flatten)]
+        opts: crate::bench_cmd::BenchOpts,
+    },
     /// Zero-config first contact: a 4-device volume in a temporary directory, mounted until Ctrl-C
     Demo {
         /// Where the demo's devices and mountpoint live
@@ -274,6 +284,29 @@ fn run(command: Command) -> Result<i32> {
             })
         }
         Command::Demo { dir, devices } => demo(&dir, devices).map(|()| 0),
+        Command::Bench {
+            action,
+            target,
+            opts,
+        } => {
+            use crate::bench_cmd::{self as b, BenchAction};
+            match (action, target) {
+                (Some(BenchAction::Sweep {
+                    devices,
+                    stripe_sizes,
+                    widths,
+                    cache,
+                    emulate,
+                }), _) => b::sweep(&opts, &devices, &stripe_sizes, &widths, &cache, emulate),
+                (Some(BenchAction::Preset { name, dir }), _) => b::preset(&opts, &name, &dir),
+                (None, Some(dir)) => b::bench_dir(&dir, &opts),
+                (None, None) => Err(Error::Usage(
+                    "give a directory to measure, or `sweep` or `preset` (see stripefs bench --help)"
+                        .into(),
+                )),
+            }
+            .map(|()| 0)
+        }
     }
 }
 
@@ -437,12 +470,13 @@ fn print_status(s: &serde_json::Value) {
     for d in s["devices"].as_array().into_iter().flatten() {
         let h = |k: &str| human_bytes(d[k].as_u64().unwrap_or(0));
         println!(
-            "  {:<2} {:<40} {:>12} {:>12} {:>12}",
+            "  {:<2} {:<40} {:>12} {:>12} {:>12}  {}",
             d["index"],
             d["path"].as_str().unwrap_or("?"),
             h("total_bytes"),
             h("used_bytes"),
-            h("free_bytes")
+            h("free_bytes"),
+            d["emulated"].as_str().unwrap_or("")
         );
     }
     let o = &s["options"];

@@ -23,6 +23,34 @@ pub struct Engine {
     pub mountpoint: PathBuf,
 }
 
+/// The device model a config entry asks for: its profile, with the entry's overrides.
+pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
+    let mut m = match e.profile.as_str() {
+        "custom" => stripe::DeviceModel {
+            name: "custom".into(),
+            read_bps: 0.0,
+            write_bps: 0.0,
+            access: std::time::Duration::ZERO,
+            queue: 1,
+        },
+        name => stripe::DeviceModel::profile(name)
+            .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?,
+    };
+    if let Some(r) = e.read_mbps {
+        m.read_bps = r * 1e6;
+    }
+    if let Some(w) = e.write_mbps {
+        m.write_bps = w * 1e6;
+    }
+    if let Some(a) = e.access {
+        m.access = a;
+    }
+    if let Some(q) = e.queue {
+        m.queue = q;
+    }
+    Ok(m)
+}
+
 /// Where the namespace store of a volume lives.
 pub fn namespace_path(config: &mountcfg::Config) -> PathBuf {
     match &config.volume.meta {
@@ -40,6 +68,8 @@ pub struct DeviceStatus {
     pub total_bytes: u64,
     pub used_bytes: u64,
     pub free_bytes: u64,
+    /// The drive this device is made to behave like, if emulated.
+    pub emulated: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -97,7 +127,13 @@ pub struct LayoutInfo {
 
 impl Engine {
     pub fn open(config: mountcfg::Config, mountpoint: &Path) -> Result<Engine> {
-        let volume = Volume::open(&config.volume.devices)?;
+        let mut volume = Volume::open(&config.volume.devices)?;
+        for e in &config.volume.emulate {
+            let model = device_model(e)?;
+            for &d in &e.devices {
+                volume.emulate(d, model.clone());
+            }
+        }
         let ns_path = namespace_path(&config);
         let ns = Namespace::open(&ns_path)?;
         if ns.uuid() != volume.uuid() {
@@ -306,10 +342,12 @@ impl Engine {
     pub fn status(&self) -> Result<Status> {
         let counts = self.ns.counts();
         let space = self.volume.space()?;
+        let models = self.volume.models();
         let devices: Vec<DeviceStatus> = space
             .iter()
             .enumerate()
             .map(|(index, s)| DeviceStatus {
+                emulated: models[index].map(|m| m.describe()),
                 index,
                 path: s.path.clone(),
                 total_bytes: s.total_bytes,
@@ -362,5 +400,23 @@ impl Engine {
         let total = space.iter().map(|s| s.total_bytes).min().unwrap_or(0) * n;
         let avail = space.iter().map(|s| s.avail_bytes).min().unwrap_or(0) * n;
         (total, avail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_config_profile_has_a_model() {
+        for name in mountcfg::EMULATION_PROFILES {
+            let e = mountcfg::Emulation {
+                devices: vec![0],
+                profile: name.to_string(),
+                read_mbps: Some(1.0),
+                write_mbps: Some(1.0),
+                access: Some(std::time::Duration::from_millis(1)),
+                queue: None,
+            };
+            assert!(super::device_model(&e).is_ok(), "{name}");
+        }
     }
 }

@@ -51,6 +51,22 @@ pub struct VolumeSection {
     pub width: Option<u32>,
     /// Directory holding the namespace store; `None` means on the first device.
     pub meta: Option<PathBuf>,
+    /// Device models for experiments: which devices behave like which drive.
+    pub emulate: Vec<Emulation>,
+}
+
+/// Profiles a device can be made to behave like (the models live in the stripe crate).
+pub const EMULATION_PROFILES: &[&str] = &["hdd-5400", "sata-ssd", "nvme", "sata-port", "custom"];
+
+/// One `[[volume.emulate]]` entry, with the profile's values to be overridden by the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emulation {
+    pub devices: Vec<usize>,
+    pub profile: String,
+    pub read_mbps: Option<f64>,
+    pub write_mbps: Option<f64>,
+    pub access: Option<Duration>,
+    pub queue: Option<usize>,
 }
 
 /// When files get FOPEN_DIRECT_IO (no kernel page cache).
@@ -102,6 +118,7 @@ impl Config {
                 stripe_size,
                 width: None,
                 meta: None,
+                emulate: Vec::new(),
             },
             mount: MountSection::default(),
         }
@@ -131,6 +148,26 @@ struct RawVolume {
     stripe_size: Option<Spanned<SizeValue>>,
     width: Option<Spanned<i64>>,
     meta: Option<Spanned<String>>,
+    #[serde(default)]
+    emulate: Vec<Spanned<RawEmulation>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmulation {
+    device: Spanned<DeviceSel>,
+    profile: Spanned<String>,
+    read_mbps: Option<Spanned<f64>>,
+    write_mbps: Option<Spanned<f64>>,
+    access: Option<Spanned<String>>,
+    queue: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DeviceSel {
+    Index(i64),
+    Word(String),
 }
 
 #[derive(Deserialize)]
@@ -358,12 +395,139 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
             }
         }
     };
+    let emulate = validate_emulation(ctx, raw.emulate, devices.len())?;
     Ok(VolumeSection {
         devices,
         stripe_size,
         width,
         meta,
+        emulate,
     })
+}
+
+fn validate_emulation(
+    ctx: &Ctx,
+    raw: Vec<Spanned<RawEmulation>>,
+    device_count: usize,
+) -> Result<Vec<Emulation>, ConfigError> {
+    let mut out = Vec::new();
+    let mut taken = vec![false; device_count];
+    for entry in raw {
+        let entry_span = entry.span();
+        let e = entry.into_inner();
+        let dev_span = e.device.span();
+        let devices: Vec<usize> = match e.device.into_inner() {
+            DeviceSel::Word(w) if w == "all" => (0..device_count).collect(),
+            DeviceSel::Index(i) if i >= 0 && (i as usize) < device_count => vec![i as usize],
+            DeviceSel::Index(i) => {
+                return Err(ctx.err(
+                    dev_span,
+                    "volume.emulate.device",
+                    format!(
+                        "device = {i}: must be a device index from 0 to {}, or \"all\"",
+                        device_count - 1
+                    ),
+                ))
+            }
+            DeviceSel::Word(w) => {
+                return Err(ctx.err(
+                    dev_span,
+                    "volume.emulate.device",
+                    format!("device = \"{w}\": must be a device index or \"all\""),
+                ))
+            }
+        };
+        for &d in &devices {
+            if std::mem::replace(&mut taken[d], true) {
+                return Err(ctx.err(
+                    dev_span.clone(),
+                    "volume.emulate.device",
+                    format!("device {d} is emulated twice"),
+                ));
+            }
+        }
+        let profile_span = e.profile.span();
+        let profile = e.profile.into_inner();
+        if !EMULATION_PROFILES.contains(&profile.as_str()) {
+            return Err(ctx.err(
+                profile_span,
+                "volume.emulate.profile",
+                format!(
+                    "profile = \"{profile}\": must be one of {}",
+                    EMULATION_PROFILES.join(", ")
+                ),
+            ));
+        }
+        let rate = |v: Option<Spanned<f64>>, key: &str| -> Result<Option<f64>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(v) => {
+                    let span = v.span();
+                    let x = v.into_inner();
+                    if x.is_finite() && x > 0.0 {
+                        Ok(Some(x))
+                    } else {
+                        Err(ctx.err(
+                            span,
+                            key,
+                            format!(
+                                "{} = {x}: must be a positive number of MB/s",
+                                key.rsplit('.').next().unwrap_or(key)
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
+        let read_mbps = rate(e.read_mbps, "volume.emulate.read_mbps")?;
+        let write_mbps = rate(e.write_mbps, "volume.emulate.write_mbps")?;
+        let access = match e.access {
+            None => None,
+            Some(a) => {
+                let span = a.span();
+                let text = a.into_inner();
+                Some(parse_duration(&text).map_err(|m| {
+                    ctx.err(
+                        span,
+                        "volume.emulate.access",
+                        format!("access = \"{text}\": {m}"),
+                    )
+                })?)
+            }
+        };
+        let queue = match e.queue {
+            None => None,
+            Some(q) => {
+                let span = q.span();
+                let n = q.into_inner();
+                if !(1..=1024).contains(&n) {
+                    return Err(ctx.err(
+                        span,
+                        "volume.emulate.queue",
+                        format!("queue = {n}: must be from 1 to 1024"),
+                    ));
+                }
+                Some(n as usize)
+            }
+        };
+        if profile == "custom" && (read_mbps.is_none() || write_mbps.is_none() || access.is_none())
+        {
+            return Err(ctx.err(
+                entry_span,
+                "volume.emulate",
+                "profile \"custom\" needs read_mbps, write_mbps and access",
+            ));
+        }
+        out.push(Emulation {
+            devices,
+            profile,
+            read_mbps,
+            write_mbps,
+            access,
+            queue,
+        });
+    }
+    Ok(out)
 }
 
 fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError> {

@@ -182,6 +182,39 @@ fn syntax_and_type_errors_point_at_the_line() {
 }
 
 #[test]
+fn emulated_devices() {
+    let d = Dirs::new(3);
+    let c = d
+        .parse(
+            "[volume]\ndevices = [\"d0\", \"d1\", \"d2\"]\n\
+             [[volume.emulate]]\ndevice = 0\nprofile = \"hdd-5400\"\n\
+             [[volume.emulate]]\ndevice = 2\nprofile = \"custom\"\nread_mbps = 100\nwrite_mbps = 50.5\naccess = \"2ms\"\nqueue = 4\n",
+        )
+        .unwrap();
+    assert_eq!(c.volume.emulate.len(), 2);
+    assert_eq!(c.volume.emulate[0].devices, vec![0]);
+    assert_eq!(c.volume.emulate[1].write_mbps, Some(50.5));
+    assert_eq!(c.volume.emulate[1].access, Some(Duration::from_millis(2)));
+    let all = d
+        .parse("[volume]\ndevices = [\"d0\", \"d1\"]\n[[volume.emulate]]\ndevice = \"all\"\nprofile = \"nvme\"\n")
+        .unwrap();
+    assert_eq!(all.volume.emulate[0].devices, vec![0, 1]);
+
+    let head = "[volume]\ndevices = [\"d0\", \"d1\"]\n[[volume.emulate]]\n";
+    let cases = [
+        ("device = 2\nprofile = \"nvme\"\n", "vol.toml:4: volume.emulate.device: device = 2: must be a device index from 0 to 1, or \"all\""),
+        ("device = 0\nprofile = \"floppy\"\n", "vol.toml:5: volume.emulate.profile: profile = \"floppy\": must be one of hdd-5400, sata-ssd, nvme, sata-port, custom"),
+        ("device = 0\nprofile = \"custom\"\nread_mbps = 10\n", "vol.toml:3: volume.emulate: profile \"custom\" needs read_mbps, write_mbps and access"),
+        ("device = 0\nprofile = \"nvme\"\nread_mbps = -1\n", "vol.toml:6: volume.emulate.read_mbps: read_mbps = -1: must be a positive number of MB/s"),
+        ("device = 0\nprofile = \"nvme\"\nqueue = 0\n", "vol.toml:6: volume.emulate.queue: queue = 0: must be from 1 to 1024"),
+        ("device = 0\nprofile = \"nvme\"\n[[volume.emulate]]\ndevice = \"all\"\nprofile = \"nvme\"\n", "vol.toml:7: volume.emulate.device: device 0 is emulated twice"),
+    ];
+    for (tail, want) in cases {
+        assert_eq!(d.error(&format!("{head}{tail}")), want, "{tail}");
+    }
+}
+
+#[test]
 fn missing_file_is_named() {
     let e = load(Path::new("/nonexistent/vol.toml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/vol.toml: "), "{e}");

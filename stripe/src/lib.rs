@@ -3,12 +3,14 @@
 //! Knows nothing of FUSE.
 
 mod device;
+mod emulate;
 mod error;
 mod io;
 pub mod layout;
 mod volume;
 
 pub use device::{format, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
+pub use emulate::{DeviceModel, ModelState};
 pub use error::{Result, StripeError};
 pub use layout::{Layout, SlotIo};
 pub use volume::{ObjectInfo, SpaceInfo, Volume};

@@ -1,6 +1,7 @@
 //! A mounted set of devices and striped I/O over the per-device object files of each inode.
 
 use crate::device::{open_devices, DeviceInfo, FANOUT, META_DIR, OBJECTS};
+use crate::emulate::{DeviceModel, Emulated};
 use crate::error::{Result, StripeError};
 use crate::io::{preadv_full, pwritev_full};
 use crate::layout::{Layout, SlotIo};
@@ -22,6 +23,8 @@ pub struct Volume {
     devices: Vec<DeviceInfo>,
     uuid: Uuid,
     open: DashMap<u64, Arc<Objects>>,
+    /// Per device: the model that makes it behave like a slower drive, if any.
+    emulated: Vec<Option<Emulated>>,
 }
 
 /// What one device can hold, from statvfs.
@@ -48,10 +51,37 @@ impl Volume {
         let devices = open_devices(paths)?;
         let uuid = devices[0].superblock.volume_uuid;
         Ok(Volume {
+            emulated: devices.iter().map(|_| None).collect(),
             devices,
             uuid,
             open: DashMap::new(),
         })
+    }
+
+    /// Makes device `index` behave like `model` for data I/O.
+    pub fn emulate(&mut self, index: usize, model: DeviceModel) {
+        self.emulated[index] = Some(Emulated::new(model));
+    }
+
+    /// The model of each device, if emulated.
+    pub fn models(&self) -> Vec<Option<&DeviceModel>> {
+        self.emulated
+            .iter()
+            .map(|e| e.as_ref().map(|e| &e.model))
+            .collect()
+    }
+
+    /// Books an I/O on an emulated device; the returned guard waits out its service time.
+    fn emulation(
+        &self,
+        dev: usize,
+        write: bool,
+        object: u64,
+        io: &SlotIo,
+    ) -> Option<std::time::Instant> {
+        self.emulated[dev]
+            .as_ref()
+            .map(|e| e.book(write, object, io.obj_offset, io.len()))
     }
 
     pub fn uuid(&self) -> Uuid {
@@ -161,11 +191,14 @@ impl Volume {
         let parts = split_mut(buf, &plan);
         self.for_each_slot(plan, parts, |io, mut bufs| {
             let dev = layout.device_of_slot(io.slot, n);
-            match self.object(&objs, dev, ino, false)? {
+            let until = self.emulation(dev, false, ino, io);
+            let result = match self.object(&objs, dev, ino, false)? {
                 Some(f) => preadv_full(f.as_raw_fd(), &mut bufs, io.obj_offset)
                     .map_err(|e| self.io_err(dev, e)),
                 None => Ok(()),
-            }
+            };
+            wait_until(until);
+            result
         })
     }
 
@@ -180,8 +213,12 @@ impl Volume {
             .collect();
         self.for_each_slot(plan, parts, |io, bufs| {
             let dev = layout.device_of_slot(io.slot, n);
+            let until = self.emulation(dev, true, ino, io);
             let f = self.object(&objs, dev, ino, true)?.expect("created");
-            pwritev_full(f.as_raw_fd(), &bufs, io.obj_offset).map_err(|e| self.io_err(dev, e))
+            let result =
+                pwritev_full(f.as_raw_fd(), &bufs, io.obj_offset).map_err(|e| self.io_err(dev, e));
+            wait_until(until);
+            result
         })
     }
 
@@ -352,6 +389,15 @@ impl Volume {
     }
 }
 
+fn wait_until(until: Option<std::time::Instant>) {
+    if let Some(t) = until {
+        let left = t.saturating_duration_since(std::time::Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
+}
+
 fn object_path(device: &Path, ino: u64) -> PathBuf {
     device
         .join(META_DIR)
@@ -501,6 +547,21 @@ mod tests {
         v.fallocate(3, &layout, 0, 1 << 20, 0).unwrap();
         let total: u64 = v.object_info(3).iter().map(|o| o.allocated).sum();
         assert!(total >= 1 << 20);
+    }
+
+    #[test]
+    fn emulated_device_keeps_data_and_reports_its_model() {
+        let (_root, mut v) = volume(2, 65536);
+        v.emulate(1, DeviceModel::profile("nvme").unwrap());
+        let layout = Layout::new(65536, 2, 0);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        v.write(4, &layout, 0, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        v.read(4, &layout, 0, &mut back).unwrap();
+        assert_eq!(back, data);
+        let models = v.models();
+        assert!(models[0].is_none());
+        assert_eq!(models[1].unwrap().name, "nvme");
     }
 
     #[test]

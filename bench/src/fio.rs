@@ -1,0 +1,89 @@
+//! The same test run by fio, on the same file, as a cross-check of the engine's figures.
+
+use crate::engine::{Measured, RunSpec, TestFile};
+use crate::profile::{Job, Pattern};
+use std::io;
+use std::process::Command;
+
+/// Runs fio for one test and reads its JSON output. fio works the way the engine does (one
+/// blocking psync worker per queue slot, Q x T of them, sequential streams spread over the
+/// file), so the two should agree; a libaio run would measure a different I/O path.
+pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
+    let rw = match (job.pattern, read) {
+        (Pattern::Seq, true) => "read",
+        (Pattern::Seq, false) => "write",
+        (Pattern::Rand, true) => "randread",
+        (Pattern::Rand, false) => "randwrite",
+    };
+    let out = Command::new("fio")
+        .arg("--name=crosscheck")
+        .arg(format!("--filename={}", file.path.display()))
+        .arg(format!("--size={}", file.size))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={}", job.block_size))
+        .arg(format!("--numjobs={}", job.queue_depth * job.threads))
+        .arg(format!(
+            "--offset_increment={}",
+            file.size / (job.queue_depth * job.threads) as u64 / 4096 * 4096
+        ))
+        .args(["--ioengine=psync", "--thread"])
+        .arg(format!("--direct={}", u8::from(spec.direct)))
+        .arg(format!("--runtime={:.3}", spec.duration.as_secs_f64()))
+        .args(["--time_based", "--group_reporting", "--output-format=json"])
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("fio: {e} (apt-get install fio)")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    parse(
+        &String::from_utf8_lossy(&out.stdout),
+        read,
+        job.block_size as u64,
+        spec.direct,
+    )
+}
+
+/// Reads fio's `--output-format=json` for the read or write side.
+pub fn parse(json: &str, read: bool, block_size: u64, direct: bool) -> io::Result<Measured> {
+    // fio may print notes before the JSON document.
+    let start = json.find('{').unwrap_or(0);
+    let v: serde_json::Value = serde_json::from_str(&json[start..])
+        .map_err(|e| io::Error::other(format!("fio output: {e}")))?;
+    let side = &v["jobs"][0][if read { "read" } else { "write" }];
+    let bytes = side["io_bytes"].as_u64().unwrap_or(0);
+    let seconds = side["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
+    let p99 = side["clat_ns"]["percentile"]["99.000000"]
+        .as_f64()
+        .unwrap_or(0.0);
+    Ok(Measured {
+        bytes,
+        ops: bytes / block_size.max(1),
+        seconds,
+        mb_per_s: side["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        iops: side["iops"].as_f64().unwrap_or(0.0),
+        mean_us: side["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
+        p99_us: p99 / 1000.0,
+        max_in_flight: 0,
+        direct,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_fio_json() {
+        let json = r#"note: both iodepth >= 1 and synchronous I/O engine are selected
+{"jobs":[{"read":{"io_bytes":409600,"bw_bytes":2048000,"iops":500.0,"runtime":200,
+ "lat_ns":{"mean":2000.0},"clat_ns":{"percentile":{"99.000000":8000}}},
+ "write":{"io_bytes":0,"bw_bytes":0,"iops":0.0,"runtime":0,"lat_ns":{"mean":0.0}}}]}"#;
+        let m = super::parse(json, true, 4096, true).unwrap();
+        assert_eq!(m.ops, 100);
+        assert_eq!(m.mb_per_s, 2.048);
+        assert_eq!(m.mean_us, 2.0);
+        assert_eq!(m.p99_us, 8.0);
+        assert_eq!(m.seconds, 0.2);
+    }
+}

@@ -1,0 +1,317 @@
+//! Measuring a target with a profile, and the results as a CrystalDiskMark-like table, JSON
+//! and CSV, each figure beside its ratio to the baseline measured in the same run.
+
+use crate::engine::{self, Measured, RunSpec, TestFile};
+use crate::fio;
+use crate::profile::Job;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TestResult {
+    pub test: String,
+    pub direction: String,
+    pub runs: Vec<Measured>,
+    pub median: Measured,
+    pub best: Measured,
+    /// fio's figures for the same test on the same file, when asked for.
+    pub fio: Option<Measured>,
+}
+
+/// One thing measured: a plain directory or a stripefs volume configuration.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Target {
+    pub label: String,
+    pub path: PathBuf,
+    pub devices: Option<usize>,
+    pub stripe_size: Option<u32>,
+    pub width: Option<u32>,
+    pub cache: Option<String>,
+    /// Device models of emulated devices ("hdd-5400 (emulated: ...)").
+    pub emulated: Vec<String>,
+    pub results: Vec<TestResult>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub profile: String,
+    pub size: u64,
+    pub duration_secs: f64,
+    pub runs: usize,
+    pub direct: bool,
+    /// A backing directory measured with no FUSE in the same run.
+    pub baseline: Option<Target>,
+    pub targets: Vec<Target>,
+}
+
+/// Lays out the test file in `dir` and runs every job in both directions `runs` times.
+/// `on_test` hears the name of each test as it starts.
+#[allow(clippy::too_many_arguments)]
+pub fn measure(
+    dir: &Path,
+    jobs: &[Job],
+    spec: &RunSpec,
+    runs: usize,
+    with_fio: bool,
+    stop: &AtomicBool,
+    on_test: &mut dyn FnMut(&str),
+) -> io::Result<Vec<TestResult>> {
+    let file = TestFile::create(dir, spec.size)?;
+    let mut out = Vec::new();
+    // Reads first, on the laid-out file; then writes, as CrystalDiskMark orders them.
+    for read in [true, false] {
+        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
+            let direction = if read { "read" } else { "write" };
+            let name = job.name();
+            let mut measured = Vec::with_capacity(runs);
+            for _ in 0..runs.max(1) {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                }
+                on_test(&format!("{name} {direction}"));
+                measured.push(engine::run(&file, job, read, spec, stop)?);
+            }
+            let (median, best) = engine::median_and_best(&measured);
+            let fio = if with_fio {
+                on_test(&format!("{name} {direction} (fio)"));
+                Some(fio::run(&file, job, read, spec)?)
+            } else {
+                None
+            };
+            out.push(TestResult {
+                test: name,
+                direction: direction.into(),
+                runs: measured,
+                median,
+                best,
+                fio,
+            });
+        }
+    }
+    Ok(out)
+}
+
+impl Report {
+    /// The baseline's median for a test, if there is one.
+    pub fn baseline_of(&self, test: &str, direction: &str) -> Option<&Measured> {
+        self.baseline
+            .as_ref()?
+            .results
+            .iter()
+            .find(|r| r.test == test && r.direction == direction)
+            .map(|r| &r.median)
+    }
+
+    pub fn emulated(&self) -> bool {
+        self.targets.iter().any(|t| !t.emulated.is_empty())
+    }
+
+    /// A table per target, like CrystalDiskMark's window.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "profile {}, test size {}, {:.0}s per test, {} run(s){}, {}",
+            self.profile,
+            human(self.size),
+            self.duration_secs,
+            self.runs,
+            if self.runs > 1 {
+                " (median; best in JSON)"
+            } else {
+                ""
+            },
+            if self.direct { "O_DIRECT" } else { "buffered" }
+        );
+        if self.emulated() {
+            let _ = writeln!(
+                s,
+                "EMULATED devices: figures model slower drives on this machine"
+            );
+        }
+        for t in self.baseline.iter().chain(&self.targets) {
+            let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
+            let _ = writeln!(
+                s,
+                "\n== {}{}",
+                t.label,
+                if is_base { "  [baseline, no FUSE]" } else { "" }
+            );
+            for e in &t.emulated {
+                let _ = writeln!(s, "   {e}");
+            }
+            let _ = writeln!(
+                s,
+                "{:<15} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8}{}",
+                "test",
+                "",
+                "MB/s",
+                "IOPS",
+                "mean us",
+                "p99 us",
+                "x base",
+                if t.results.iter().any(|r| r.fio.is_some()) {
+                    "   fio MB/s  engine/fio"
+                } else {
+                    ""
+                }
+            );
+            for r in &t.results {
+                let ratio = match self.baseline_of(&r.test, &r.direction) {
+                    Some(b) if !is_base && b.mb_per_s > 0.0 => {
+                        format!("{:.2}x", r.median.mb_per_s / b.mb_per_s)
+                    }
+                    _ => "-".into(),
+                };
+                let fio = match &r.fio {
+                    Some(f) if f.mb_per_s > 0.0 => format!(
+                        " {:>10.1} {:>10.2}",
+                        f.mb_per_s,
+                        r.median.mb_per_s / f.mb_per_s
+                    ),
+                    _ => String::new(),
+                };
+                let m = &r.median;
+                let _ = writeln!(
+                    s,
+                    "{:<15} {:<5} {:>10.1} {:>10.0} {:>10.1} {:>10.1} {:>8}{fio}",
+                    r.test, r.direction, m.mb_per_s, m.iops, m.mean_us, m.p99_us, ratio
+                );
+            }
+        }
+        s
+    }
+
+    /// One row per target and test.
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s\n",
+        );
+        for t in self.baseline.iter().chain(&self.targets) {
+            let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
+            for r in &t.results {
+                let ratio = self
+                    .baseline_of(&r.test, &r.direction)
+                    .filter(|b| b.mb_per_s > 0.0)
+                    .map(|b| format!("{:.4}", r.median.mb_per_s / b.mb_per_s))
+                    .unwrap_or_default();
+                let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
+                    t.label.replace('"', "'"),
+                    is_base,
+                    opt(t.devices.map(|d| d as u64)),
+                    opt(t.stripe_size.map(u64::from)),
+                    opt(t.width.map(u64::from)),
+                    t.cache.clone().unwrap_or_default(),
+                    t.emulated.join("; ").replace('"', "'"),
+                    r.test,
+                    r.direction,
+                    r.median.mb_per_s,
+                    r.median.iops,
+                    r.median.mean_us,
+                    r.median.p99_us,
+                    r.best.mb_per_s,
+                    ratio,
+                    r.fio
+                        .as_ref()
+                        .map(|f| format!("{:.2}", f.mb_per_s))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        s
+    }
+}
+
+pub fn human(bytes: u64) -> String {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
+        format!("{} GiB", bytes >> 30)
+    } else if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Job, Pattern};
+    use std::time::Duration;
+
+    #[test]
+    fn measure_a_directory_and_report_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = RunSpec {
+            size: 4 << 20,
+            duration: Duration::from_millis(200),
+            direct: true,
+        };
+        let jobs = [
+            Job::new(Pattern::Seq, 1 << 20, 2, 1),
+            Job::new(Pattern::Rand, 4096, 4, 1),
+        ];
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let results = measure(dir.path(), &jobs, &spec, 3, false, &stop, &mut |t| {
+            seen.push(t.to_string())
+        })
+        .unwrap();
+        assert_eq!(results.len(), 4);
+        assert_eq!(seen.len(), 12);
+        assert_eq!(results[0].test, "SEQ1M Q2T1");
+        assert_eq!(results[0].direction, "read");
+        assert_eq!(results[2].direction, "write");
+        assert!(results
+            .iter()
+            .all(|r| r.runs.len() == 3 && r.median.ops > 0));
+        assert!(
+            !dir.path().join("stripefs-bench.dat").exists(),
+            "test file removed"
+        );
+        let base = Target {
+            label: "baseline".into(),
+            results: results.clone(),
+            ..Target::default()
+        };
+        let volume = Target {
+            label: "volume".into(),
+            stripe_size: Some(65536),
+            width: Some(2),
+            devices: Some(2),
+            emulated: vec!["hdd-5400 (emulated: ...)".into()],
+            results,
+            ..Target::default()
+        };
+        let report = Report {
+            profile: "custom".into(),
+            size: spec.size,
+            duration_secs: 0.2,
+            runs: 3,
+            direct: true,
+            baseline: Some(base),
+            targets: vec![volume],
+        };
+        let table = report.table();
+        assert!(
+            table.contains("== volume") && table.contains("1.00x") && table.contains("EMULATED"),
+            "{table}"
+        );
+        let csv = report.csv();
+        assert_eq!(csv.lines().count(), 1 + 8);
+        assert!(csv.lines().nth(5).unwrap().contains(",65536,2,"), "{csv}");
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["targets"][0]["results"][0]["runs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+}
