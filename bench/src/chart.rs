@@ -92,7 +92,7 @@ where
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
     let title = format!(
-        "stripefs bench: {} , {} per test{}",
+        "stripefs bench: {}, {} test file{}",
         report.profile,
         crate::report::human(report.size),
         if report.emulated() {

@@ -1,0 +1,487 @@
+//! Each mode against a core that counts its I/O; eviction and cleaning under pressure against
+//! a model; persistence, recovery and refusal of the file store.
+
+use super::*;
+use std::sync::atomic::AtomicU64;
+
+/// An in-memory core that counts what reaches it.
+#[derive(Default)]
+struct Core {
+    data: Mutex<HashMap<u64, Vec<u8>>>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl Backend for Core {
+    fn read(&self, object: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        buf.fill(0);
+        if let Some(d) = self.data.lock().get(&object) {
+            let from = (offset as usize).min(d.len());
+            let to = (offset as usize + buf.len()).min(d.len());
+            buf[..to - from].copy_from_slice(&d[from..to]);
+        }
+        Ok(())
+    }
+
+    fn write(&self, object: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut all = self.data.lock();
+        let d = all.entry(object).or_default();
+        let end = offset as usize + data.len();
+        if d.len() < end {
+            d.resize(end, 0);
+        }
+        d[offset as usize..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn sync(&self, _object: u64) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Core {
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.writes.load(Ordering::Relaxed),
+        )
+    }
+
+    fn bytes(&self, object: u64, offset: usize, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.read(object, offset as u64, &mut b).unwrap();
+        self.reads.fetch_sub(1, Ordering::Relaxed);
+        b
+    }
+}
+
+const UUID: [u8; 16] = [7; 16];
+
+fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
+    CacheConfig {
+        store,
+        size,
+        line_size: line,
+        default_mode: mode,
+        policy: Policy {
+            seq_cutoff: SeqCutoff::Never,
+            ..Policy::default()
+        },
+        volume: UUID,
+        reset: false,
+    }
+}
+
+fn ram(mode: Mode) -> (Arc<Core>, Arc<Cache>) {
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        config(StoreKind::Ram, 1 << 20, 64 << 10, mode),
+        core.clone(),
+    )
+    .unwrap();
+    (core, cache)
+}
+
+fn read(cache: &Cache, obj: u64, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    cache.read(obj, off, &mut b, DEFAULT_CLASS).unwrap();
+    b
+}
+
+/// Reads and writes of one 8K block, in each mode: what reaches the core.
+#[test]
+fn every_mode_routes_io_as_open_cas_defines() {
+    let block = vec![0xABu8; 8192];
+    let other = vec![0xCDu8; 8192];
+    for mode in [Mode::Wt, Mode::Wb, Mode::Wa, Mode::Wi, Mode::Wo, Mode::Pt] {
+        let (core, cache) = ram(mode);
+        core.write(1, 0, &block).unwrap();
+        let base = core.counts();
+        // Read miss: always the core. Inserting modes keep it; the second read is a hit.
+        assert_eq!(read(&cache, 1, 0, 8192), block, "{mode}");
+        assert_eq!(
+            core.counts().0,
+            base.0 + 1,
+            "{mode}: read miss goes to the core"
+        );
+        assert_eq!(read(&cache, 1, 0, 8192), block, "{mode}");
+        let second_read_from_core = core.counts().0 == base.0 + 2;
+        assert_eq!(
+            second_read_from_core,
+            matches!(mode, Mode::Wo | Mode::Pt),
+            "{mode}: read hit"
+        );
+        // Write miss at another place.
+        let before = core.counts();
+        cache.write(2, 0, &other, DEFAULT_CLASS).unwrap();
+        let core_written = core.counts().1 > before.1;
+        let dirty = cache.stats().dirty_lines;
+        match mode {
+            Mode::Wb | Mode::Wo => assert!(
+                !core_written && dirty == 1,
+                "{mode}: write miss cached dirty"
+            ),
+            Mode::Wt => assert!(
+                core_written && dirty == 0 && cache.stats().occupancy_lines == 2,
+                "{mode}"
+            ),
+            Mode::Wa | Mode::Wi | Mode::Pt => {
+                assert!(core_written && dirty == 0, "{mode}: core only")
+            }
+        }
+        // Write hit on the block inserted by the read (where it was).
+        let before = core.counts();
+        let lines_before = cache.stats().occupancy_lines;
+        cache.write(1, 0, &other, DEFAULT_CLASS).unwrap();
+        let core_written = core.counts().1 > before.1;
+        match mode {
+            Mode::Wb => assert!(!core_written, "wb: write hit stays in cache"),
+            Mode::Wo => assert!(!core_written, "wo: write is cached"),
+            Mode::Wt | Mode::Wa => assert!(core_written, "{mode}: cache + core"),
+            Mode::Wi => {
+                assert!(core_written);
+                assert_eq!(
+                    cache.stats().occupancy_lines,
+                    lines_before - 1,
+                    "wi: line invalidated"
+                );
+            }
+            Mode::Pt => assert!(core_written),
+        }
+        // Whatever the mode, reads see the newest data, and after a flush so does the core.
+        assert_eq!(read(&cache, 1, 0, 8192), other, "{mode}");
+        assert_eq!(read(&cache, 2, 0, 8192), other, "{mode}");
+        cache.flush_all(&mut |_, _| {}).unwrap();
+        assert_eq!(core.bytes(1, 0, 8192), other, "{mode}");
+        assert_eq!(core.bytes(2, 0, 8192), other, "{mode}");
+        assert_eq!(cache.stats().dirty_lines, 0);
+    }
+}
+
+#[test]
+fn write_only_reads_valid_sectors_from_cache_and_the_rest_from_core() {
+    let (core, cache) = ram(Mode::Wo);
+    core.write(5, 0, &[1u8; 65536]).unwrap();
+    cache.write(5, 4096, &[2u8; 4096], DEFAULT_CLASS).unwrap();
+    let got = read(&cache, 5, 0, 12288);
+    assert!(got[..4096].iter().all(|&b| b == 1));
+    assert!(
+        got[4096..8192].iter().all(|&b| b == 2),
+        "dirty sector from the cache"
+    );
+    assert!(got[8192..].iter().all(|&b| b == 1));
+    let s = cache.stats();
+    assert_eq!(s.counters.read_partial_misses, 1);
+    assert_eq!(s.occupancy_lines, 1, "no insert on read");
+}
+
+#[test]
+fn pass_through_cleans_dirty_sectors_before_reading_the_core() {
+    let (core, cache) = ram(Mode::Wb);
+    cache.write(3, 100, b"newest", DEFAULT_CLASS).unwrap();
+    assert_eq!(core.counts().1, 0);
+    cache
+        .set_class(DEFAULT_CLASS, ClassConfig::new("default", Mode::Pt))
+        .unwrap();
+    // Leaving write-back wrote the dirty line back.
+    assert_eq!(core.bytes(3, 100, 6), b"newest");
+    assert_eq!(cache.stats().dirty_lines, 0);
+    assert_eq!(read(&cache, 3, 100, 6), b"newest");
+    assert!(cache.stats().counters.pass_through_reads >= 1);
+}
+
+#[test]
+fn partial_sector_writes_fill_from_the_core() {
+    let (core, cache) = ram(Mode::Wb);
+    core.write(9, 0, &[7u8; 8192]).unwrap();
+    cache.write(9, 10, b"abc", DEFAULT_CLASS).unwrap();
+    let got = read(&cache, 9, 0, 8192);
+    assert_eq!(&got[10..13], b"abc");
+    assert!(got[..10].iter().chain(&got[13..]).all(|&b| b == 7));
+    cache.flush_all(&mut |_, _| {}).unwrap();
+    assert_eq!(core.bytes(9, 0, 8192), got);
+}
+
+#[test]
+fn small_cache_under_pressure_matches_a_model_in_every_mode() {
+    for mode in [Mode::Wb, Mode::Wt, Mode::Wa, Mode::Wi, Mode::Wo] {
+        let core = Arc::new(Core::default());
+        // 8 lines of 16K in front of 2 objects of 512K each.
+        let cache = Cache::open(
+            config(StoreKind::Ram, 128 << 10, 16 << 10, mode),
+            core.clone(),
+        )
+        .unwrap();
+        let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut x = 0x1234_5678u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..3000 {
+            let obj = rnd(2);
+            let off = rnd(512 << 10);
+            let len = 1 + rnd(40_000) as usize;
+            let m = model.entry(obj).or_default();
+            if m.len() < (off as usize + len) {
+                m.resize(off as usize + len, 0);
+            }
+            if rnd(2) == 0 {
+                let data: Vec<u8> = (0..len).map(|i| (i as u64 ^ step) as u8).collect();
+                cache.write(obj, off, &data, DEFAULT_CLASS).unwrap();
+                m[off as usize..off as usize + len].copy_from_slice(&data);
+            } else {
+                assert_eq!(
+                    read(&cache, obj, off, len),
+                    &m[off as usize..off as usize + len],
+                    "{mode} step {step}"
+                );
+            }
+            if step % 500 == 0 {
+                cache.clean_pass().unwrap();
+            }
+        }
+        let s = cache.stats();
+        assert!(s.occupancy_lines <= 8);
+        cache.flush_all(&mut |_, _| {}).unwrap();
+        for (obj, m) in &model {
+            assert!(
+                core.bytes(*obj, 0, m.len()) == *m,
+                "{mode}: core after flush"
+            );
+        }
+    }
+}
+
+#[test]
+fn cleaner_writes_back_stale_lines() {
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
+    cfg.policy.staleness = std::time::Duration::ZERO;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    cache.write(1, 0, &[3u8; 100_000], DEFAULT_CLASS).unwrap();
+    assert_eq!(cache.stats().dirty_lines, 2);
+    assert_eq!(cache.clean_pass().unwrap(), 2);
+    assert_eq!(cache.stats().dirty_lines, 0);
+    assert_eq!(cache.stats().cleaned_lines, 2);
+    assert_eq!(core.bytes(1, 0, 100_000), vec![3u8; 100_000]);
+}
+
+#[test]
+fn classes_pin_share_and_prioritise() {
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        config(StoreKind::Ram, 8 * 4096, 4096, Mode::Wt),
+        core.clone(),
+    )
+    .unwrap();
+    let pinned = cache.add_class(ClassConfig {
+        pinned: true,
+        ..ClassConfig::new("vm", Mode::Wt)
+    });
+    let capped = cache.add_class(ClassConfig {
+        allocation: 0.25,
+        ..ClassConfig::new("backup", Mode::Wt)
+    });
+    for i in 0..4 {
+        cache.write(1, i * 4096, &[1u8; 4096], pinned).unwrap();
+    }
+    // The capped class streams through 2 lines at most; the pinned lines stay.
+    for i in 0..20 {
+        cache.write(2, i * 4096, &[2u8; 4096], capped).unwrap();
+    }
+    let s = cache.stats();
+    let by = |id: u16| {
+        s.classes
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap()
+            .occupancy_lines
+    };
+    assert_eq!(by(pinned), 4);
+    assert!(by(capped) <= 2, "{}", by(capped));
+    // The default class fills the rest and evicts only unpinned lines.
+    for i in 0..20 {
+        cache
+            .write(3, i * 4096, &[3u8; 4096], DEFAULT_CLASS)
+            .unwrap();
+    }
+    assert_eq!(
+        cache
+            .stats()
+            .classes
+            .iter()
+            .find(|c| c.id == pinned)
+            .unwrap()
+            .occupancy_lines,
+        4
+    );
+    // Removing a class hands its lines to the default class.
+    cache.remove_class(pinned).unwrap();
+    assert!(cache.stats().classes.iter().all(|c| c.id != pinned));
+    assert_eq!(cache.stats().occupancy_lines, 8);
+}
+
+#[test]
+fn sequential_cutoff_and_nhit_promotion() {
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
+    cfg.policy.seq_cutoff = SeqCutoff::Always;
+    cfg.policy.seq_threshold = 256 << 10;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    for i in 0..8u64 {
+        cache
+            .write(1, i * 65536, &[1u8; 65536], DEFAULT_CLASS)
+            .unwrap();
+    }
+    let s = cache.stats();
+    assert!(s.counters.pass_through_writes >= 4, "{:?}", s.counters);
+    assert!(s.dirty_lines <= 4);
+    assert_eq!(
+        core.bytes(1, 7 * 65536, 65536),
+        vec![1u8; 65536],
+        "past the cutoff: core"
+    );
+
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
+    cfg.policy.promotion = Promotion::Nhit(2);
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    read(&cache, 4, 0, 4096);
+    assert_eq!(cache.stats().occupancy_lines, 0, "first miss: not yet");
+    read(&cache, 4, 0, 4096);
+    assert_eq!(cache.stats().occupancy_lines, 1, "second miss: promoted");
+}
+
+#[test]
+fn truncate_and_forget_drop_cached_data() {
+    let (core, cache) = ram(Mode::Wb);
+    cache.write(1, 0, &[9u8; 200_000], DEFAULT_CLASS).unwrap();
+    cache.truncate(1, 70_000).unwrap();
+    let got = read(&cache, 1, 60_000, 20_000);
+    assert!(got[..10_000].iter().all(|&b| b == 9));
+    assert!(
+        got[10_000..].iter().all(|&b| b == 0),
+        "past the new end: zeros"
+    );
+    cache.forget(1).unwrap();
+    assert_eq!(cache.stats().occupancy_lines, 0);
+    cache.flush_all(&mut |_, _| {}).unwrap();
+    assert_eq!(
+        core.counts().1,
+        0,
+        "nothing of a deleted file reaches the core"
+    );
+}
+
+#[test]
+fn file_store_survives_a_crash_and_stays_warm_after_a_clean_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    {
+        let cache = Cache::open(
+            config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+            core.clone(),
+        )
+        .unwrap();
+        cache.write(1, 0, &[5u8; 100_000], DEFAULT_CLASS).unwrap();
+        cache.write(2, 0, b"not synced", DEFAULT_CLASS).unwrap();
+        cache.sync_object(1).unwrap();
+        // Crash: no shutdown, nothing written back.
+    }
+    assert_eq!(core.counts().1, 0);
+    {
+        let cache = Cache::open(
+            config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+            core.clone(),
+        )
+        .unwrap();
+        // Object 1 exists with its size; object 2 was never made durable.
+        let recovered = cache.recover(&|o| (o == 1).then_some(100_000)).unwrap();
+        assert_eq!(recovered, 2);
+        assert_eq!(core.bytes(1, 0, 100_000), vec![5u8; 100_000]);
+        cache.write(3, 0, &[6u8; 4096], DEFAULT_CLASS).unwrap();
+        cache.shutdown().unwrap();
+    }
+    assert_eq!(
+        core.bytes(3, 0, 4096),
+        vec![6u8; 4096],
+        "unmount wrote everything back"
+    );
+    let cache = Cache::open(
+        config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+        core.clone(),
+    )
+    .unwrap();
+    let reads = core.counts().0;
+    assert_eq!(read(&cache, 3, 0, 4096), vec![6u8; 4096]);
+    assert_eq!(core.counts().0, reads, "warm after a clean stop: a hit");
+    drop(cache);
+    // Another volume's cache file is refused, unless reset.
+    let mut foreign = config(store.clone(), 1 << 20, 64 << 10, Mode::Wb);
+    foreign.volume = [9; 16];
+    assert!(matches!(
+        Cache::open(foreign.clone(), core.clone()),
+        Err(CacheError::Foreign(_))
+    ));
+    let mut other_shape = config(store.clone(), 2 << 20, 64 << 10, Mode::Wb);
+    assert!(matches!(
+        Cache::open(other_shape.clone(), core.clone()),
+        Err(CacheError::Mismatch { .. })
+    ));
+    other_shape.reset = true;
+    assert!(Cache::open(other_shape, core.clone()).is_ok());
+}
+
+#[test]
+fn concurrent_writers_and_readers_keep_data_whole() {
+    let (core, cache) = ram(Mode::Wb);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let cache = cache.clone();
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let off = ((t * 200 + i) % 64) * 16384;
+                    cache
+                        .write(t, off, &[t as u8 + 1; 16384], DEFAULT_CLASS)
+                        .unwrap();
+                    let mut b = vec![0u8; 16384];
+                    cache.read(t, off, &mut b, DEFAULT_CLASS).unwrap();
+                    assert!(b.iter().all(|&x| x == t as u8 + 1));
+                }
+            });
+        }
+        let cache = cache.clone();
+        s.spawn(move || {
+            for _ in 0..20 {
+                cache.clean_pass().unwrap();
+            }
+        });
+    });
+    cache.flush_all(&mut |_, _| {}).unwrap();
+    for t in 0..4u64 {
+        assert!(core
+            .bytes(t, 0, 64 * 16384)
+            .iter()
+            .all(|&x| x == t as u8 + 1));
+    }
+}
+
+#[test]
+fn bad_shapes_are_refused() {
+    let core = Arc::new(Core::default());
+    assert!(Cache::open(
+        config(StoreKind::Ram, 1 << 20, 3000, Mode::Wb),
+        core.clone()
+    )
+    .is_err());
+    assert!(Cache::open(config(StoreKind::Ram, 1000, 4096, Mode::Wb), core.clone()).is_err());
+    assert!(Cache::open(config(StoreKind::Ram, 1 << 20, 512 << 10, Mode::Wb), core).is_err());
+}

@@ -1,0 +1,134 @@
+//! The cache modes, exactly as Open CAS defines them, and the per-class settings.
+
+use serde::Serialize;
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Write-through: reads insert; writes go to cache and core.
+    Wt,
+    /// Write-back: reads insert; writes go to cache only, dirty, cleaned later.
+    Wb,
+    /// Write-around: reads insert; writes update the cache only where the line is cached.
+    Wa,
+    /// Write-invalidate: reads insert; writes go to core and invalidate cached lines.
+    Wi,
+    /// Write-only: writes as write-back; reads never insert.
+    Wo,
+    /// Pass-through: everything to core; cached lines are cleaned and invalidated.
+    Pt,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "wt" | "write-through" => Mode::Wt,
+            "wb" | "write-back" => Mode::Wb,
+            "wa" | "write-around" => Mode::Wa,
+            "wi" | "write-invalidate" => Mode::Wi,
+            "wo" | "write-only" => Mode::Wo,
+            "pt" | "pass-through" => Mode::Pt,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Wt => "wt",
+            Mode::Wb => "wb",
+            Mode::Wa => "wa",
+            Mode::Wi => "wi",
+            Mode::Wo => "wo",
+            Mode::Pt => "pt",
+        }
+    }
+
+    /// Modes that hold data the core has not seen.
+    pub fn holds_dirty(self) -> bool {
+        matches!(self, Mode::Wb | Mode::Wo)
+    }
+
+    /// Whether a read miss inserts the line.
+    pub(crate) fn read_inserts(self) -> bool {
+        matches!(self, Mode::Wt | Mode::Wb | Mode::Wa | Mode::Wi)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a class (a folder target, or the volume default) asks of the cache.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassConfig {
+    pub name: String,
+    pub mode: Mode,
+    /// Eviction priority: 0 is kept longest; higher numbers go first.
+    pub priority: u8,
+    /// Most of the cache this class may hold, 0.0..=1.0.
+    pub allocation: f64,
+    /// Lines of a pinned class are never evicted.
+    pub pinned: bool,
+}
+
+impl ClassConfig {
+    pub fn new(name: &str, mode: Mode) -> ClassConfig {
+        ClassConfig {
+            name: name.into(),
+            mode,
+            priority: 0,
+            allocation: 1.0,
+            pinned: false,
+        }
+    }
+}
+
+/// Open CAS's sequential cutoff policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeqCutoff {
+    Always,
+    /// Only when the cache is full.
+    Full,
+    Never,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Promotion {
+    Always,
+    /// Insert a line after it was missed this many times.
+    Nhit(u32),
+}
+
+/// Settings of the whole cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct Policy {
+    pub seq_cutoff: SeqCutoff,
+    pub seq_threshold: u64,
+    pub promotion: Promotion,
+    /// A dirty line older than this is written back.
+    pub staleness: std::time::Duration,
+    pub wake_up: std::time::Duration,
+    /// Lines per cleaning pass.
+    pub batch: usize,
+    /// Above this share of dirty lines, clean regardless of staleness.
+    pub dirty_high: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            seq_cutoff: SeqCutoff::Full,
+            seq_threshold: 1 << 20,
+            promotion: Promotion::Always,
+            staleness: std::time::Duration::from_secs(30),
+            wake_up: std::time::Duration::from_secs(1),
+            batch: 128,
+            dirty_high: 0.8,
+        }
+    }
+}

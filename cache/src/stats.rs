@@ -1,0 +1,86 @@
+//! What `casadm -P` shows: usage, request and block statistics, errors, per class.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Counters {
+    pub read_hits: u64,
+    pub read_partial_misses: u64,
+    pub read_full_misses: u64,
+    pub write_hits: u64,
+    pub write_partial_misses: u64,
+    pub write_full_misses: u64,
+    pub pass_through_reads: u64,
+    pub pass_through_writes: u64,
+    /// Bytes read from / written to the core (the backing devices).
+    pub core_read_bytes: u64,
+    pub core_write_bytes: u64,
+    /// Bytes read from / written to the cache store.
+    pub cache_read_bytes: u64,
+    pub cache_write_bytes: u64,
+    /// Bytes callers read and wrote.
+    pub caller_read_bytes: u64,
+    pub caller_write_bytes: u64,
+    pub core_errors: u64,
+    pub cache_errors: u64,
+}
+
+impl Counters {
+    pub(crate) fn add(&mut self, o: &Counters) {
+        macro_rules! sum {
+            ($($f:ident),*) => { $( self.$f += o.$f; )* };
+        }
+        sum!(
+            read_hits,
+            read_partial_misses,
+            read_full_misses,
+            write_hits,
+            write_partial_misses,
+            write_full_misses,
+            pass_through_reads,
+            pass_through_writes,
+            core_read_bytes,
+            core_write_bytes,
+            cache_read_bytes,
+            cache_write_bytes,
+            caller_read_bytes,
+            caller_write_bytes,
+            core_errors,
+            cache_errors
+        );
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassStats {
+    pub id: u16,
+    pub name: String,
+    pub mode: String,
+    pub priority: u8,
+    pub allocation: f64,
+    pub pinned: bool,
+    pub occupancy_lines: u64,
+    pub dirty_lines: u64,
+    pub counters: Counters,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheStats {
+    pub store: String,
+    pub path: Option<String>,
+    pub default_mode: String,
+    pub size_bytes: u64,
+    pub line_size: u64,
+    pub lines: u64,
+    pub occupancy_lines: u64,
+    pub free_lines: u64,
+    pub clean_lines: u64,
+    pub dirty_lines: u64,
+    pub occupancy_bytes: u64,
+    pub dirty_bytes: u64,
+    pub counters: Counters,
+    pub cleaner_passes: u64,
+    pub cleaned_lines: u64,
+    pub cleaner_errors: u64,
+    pub classes: Vec<ClassStats>,
+}
