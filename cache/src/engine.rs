@@ -477,12 +477,13 @@ impl Cache {
         let own = g.classes.get(class as usize)?.as_ref()?;
         // A class at its share replaces its own lines, even while others are free.
         let over_share = own.lines as f64 >= own.cfg.allocation * self.nslots as f64;
-        while !over_share {
-            let Some(s) = g.free.pop() else { break };
+        let free = if over_share { None } else { g.free.pop() };
+        if let Some(s) = free {
             // A freed slot whose durable record still says dirty is wiped before reuse.
             if g.slots[s as usize].disk_dirty {
                 if self.write_empty_record(s).is_err() {
-                    continue;
+                    g.free.push(s);
+                    return None;
                 }
                 g.slots[s as usize].disk_dirty = false;
             }
@@ -1159,7 +1160,7 @@ impl Cache {
             let keep = size.saturating_sub(start);
             let mut r = Ok(());
             if keep > 0
-                && keep % SECTOR != 0
+                && !keep.is_multiple_of(SECTOR)
                 && parts[0].valid & mask(keep / SECTOR, keep / SECTOR + 1) != 0
             {
                 let tail = vec![0u8; (SECTOR - keep % SECTOR) as usize];
