@@ -44,6 +44,9 @@ enum Command {
         /// Log file of a background daemon [default: on the first device]
         #[arg(long)]
         log: Option<PathBuf>,
+        /// Discard a cache file that does not fit (another volume's, or other settings)
+        #[arg(long)]
+        cache_reset: bool,
         #[arg(long, hide = true)]
         ready_fd: Option<i32>,
     },
@@ -82,6 +85,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Cache targets: folders with their own cache mode
+    Target {
+        #[command(subcommand)]
+        action: TargetAction,
+    },
+    /// Cache statistics, as casadm -P shows them
+    Stats {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until Ctrl-C
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Write every dirty cache line back; returns when nothing is dirty
+    Flush { mountpoint: PathBuf },
+    /// Show or set the volume's default cache mode (wt, wb, wa, wi, wo, pt)
+    Mode {
+        mountpoint: PathBuf,
+        mode: Option<String>,
+    },
     /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
     #[command(args_conflicts_with_subcommands = true)]
     Bench {
@@ -99,6 +123,33 @@ enum Command {
         dir: PathBuf,
         #[arg(long, default_value_t = 4)]
         devices: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum TargetAction {
+    /// Make DIR a cache target (or change it)
+    Add {
+        dir: PathBuf,
+        #[arg(long)]
+        mode: String,
+        /// Eviction priority: 0 is kept longest
+        #[arg(long, default_value_t = 0)]
+        priority: u8,
+        /// Most of the cache this target may hold (0..1]
+        #[arg(long, default_value_t = 1.0)]
+        allocation: f64,
+        /// Never evict this target's lines
+        #[arg(long)]
+        pin: bool,
+    },
+    /// Stop caching DIR by its own setting (its dirty lines are written back first)
+    Rm { dir: PathBuf },
+    /// List the targets of a mounted volume
+    Ls {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -189,6 +240,7 @@ fn run(command: Command) -> Result<i32> {
             foreground,
             options,
             log,
+            cache_reset,
             ready_fd,
         } => {
             let mut cfg = mountcfg::load(&config)?;
@@ -201,7 +253,7 @@ fn run(command: Command) -> Result<i32> {
                     Some(fd) => unsafe { Ready::from_fd(fd) },
                     None => Ready::none(),
                 };
-                daemon::run_foreground(cfg, &mountpoint, ready)?;
+                daemon::run_foreground(cfg, &mountpoint, cache_reset, ready)?;
             } else {
                 let log = log.unwrap_or_else(|| daemon::default_log_path(&cfg));
                 let mut args = vec![
@@ -212,6 +264,9 @@ fn run(command: Command) -> Result<i32> {
                 if let Some(o) = options {
                     args.push("-o".into());
                     args.push(o);
+                }
+                if cache_reset {
+                    args.push("--cache-reset".into());
                 }
                 daemon::spawn_background(&args, &log)?;
             }
@@ -284,6 +339,35 @@ fn run(command: Command) -> Result<i32> {
             })
         }
         Command::Demo { dir, devices } => demo(&dir, devices).map(|()| 0),
+        Command::Target { action } => target(action).map(|()| 0),
+        Command::Stats {
+            mountpoint,
+            json,
+            watch,
+        } => stats(&mountpoint, json, watch).map(|()| 0),
+        Command::Flush { mountpoint } => flush(&mountpoint).map(|()| 0),
+        Command::Mode { mountpoint, mode } => {
+            has_cache(&mountpoint)?;
+            let key = format!("{PREFIX}mode");
+            if let Some(m) = mode {
+                xattr::set(&mountpoint, &key, m.as_bytes()).map_err(|e| {
+                    match e.raw_os_error() {
+                        Some(libc::EINVAL) => {
+                            Error::Usage(format!("mode {m}: must be wt, wb, wa, wi, wo or pt"))
+                        }
+                        _ => xattr::explain(&mountpoint, "mode", e),
+                    }
+                })?;
+            }
+            let now = xattr::get(&mountpoint, &key)
+                .map_err(|e| xattr::explain(&mountpoint, "mode", e))?;
+            println!(
+                "{}: default cache mode {}",
+                mountpoint.display(),
+                String::from_utf8_lossy(&now)
+            );
+            Ok(0)
+        }
         Command::Bench {
             action,
             target,
@@ -426,6 +510,253 @@ fn layout(action: LayoutAction) -> Result<()> {
     }
 }
 
+/// Fails unless `mountpoint` is a stripefs mount with a cache.
+fn has_cache(mountpoint: &Path) -> Result<serde_json::Value> {
+    let status = xattr::volume_status(mountpoint)?;
+    if status["cache"].is_null() {
+        return Err(Error::Usage(format!(
+            "{} has no cache (add a [cache] section to its config)",
+            mountpoint.display()
+        )));
+    }
+    Ok(status)
+}
+
+fn target(action: TargetAction) -> Result<()> {
+    let key = format!("{PREFIX}cache");
+    match action {
+        TargetAction::Add {
+            dir,
+            mode,
+            priority,
+            allocation,
+            pin,
+        } => {
+            if cache::Mode::parse(&mode).is_none() {
+                return Err(Error::Usage(format!(
+                    "--mode {mode}: must be wt, wb, wa, wi, wo or pt"
+                )));
+            }
+            if !(allocation > 0.0 && allocation <= 1.0) {
+                return Err(Error::Usage(format!(
+                    "--allocation {allocation}: must be above 0 and at most 1"
+                )));
+            }
+            let value = format!(
+                "mode={mode} priority={priority} allocation={allocation} pinned={}",
+                u8::from(pin)
+            );
+            xattr::set(&dir, &key, value.as_bytes())
+                .map_err(|e| xattr::explain(&dir, "cache", e))?;
+            let now = xattr::get(&dir, &key).map_err(|e| xattr::explain(&dir, "cache", e))?;
+            println!("{}: {}", dir.display(), String::from_utf8_lossy(&now));
+            Ok(())
+        }
+        TargetAction::Rm { dir } => xattr::remove(&dir, &key).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODATA) => Error::Usage(format!("{} is not a cache target", dir.display())),
+            _ => xattr::explain(&dir, "cache", e),
+        }),
+        TargetAction::Ls { mountpoint, json } => {
+            has_cache(&mountpoint)?;
+            let raw = xattr::get(&mountpoint, &format!("{PREFIX}targets"))
+                .map_err(|e| xattr::explain(&mountpoint, "targets", e))?;
+            let list: serde_json::Value = serde_json::from_slice(&raw)
+                .map_err(|e| Error::Usage(format!("bad target list from the daemon: {e}")))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                );
+                return Ok(());
+            }
+            println!(
+                "{:<32} {:<5} {:>8} {:>10} {:>6} {:>10} {:>10}  from",
+                "folder", "mode", "priority", "allocation", "pinned", "lines", "dirty"
+            );
+            for t in list.as_array().into_iter().flatten() {
+                println!(
+                    "{:<32} {:<5} {:>8} {:>10} {:>6} {:>10} {:>10}  {}",
+                    t["path"].as_str().unwrap_or("?"),
+                    t["mode"].as_str().unwrap_or("?"),
+                    t["priority"].to_string(),
+                    t["allocation"].to_string(),
+                    t["pinned"].to_string(),
+                    t["occupancy_lines"].to_string(),
+                    t["dirty_lines"].to_string(),
+                    if t["from_config"].as_bool() == Some(true) {
+                        "config"
+                    } else {
+                        "live"
+                    }
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn read_stats(mountpoint: &Path) -> Result<serde_json::Value> {
+    let raw = xattr::get(mountpoint, &format!("{PREFIX}stats"))
+        .map_err(|e| xattr::explain(mountpoint, "stats", e))?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("bad statistics from the daemon: {e}")))
+}
+
+fn stats(mountpoint: &Path, json: bool, watch: bool) -> Result<()> {
+    has_cache(mountpoint)?;
+    loop {
+        let s = read_stats(mountpoint)?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+        } else {
+            if watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            print_stats(&s);
+        }
+        if !watch {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn print_stats(s: &serde_json::Value) {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let lines = n(&s["lines"]).max(1);
+    let pct = |x: u64| 100.0 * x as f64 / lines as f64;
+    println!(
+        "cache: {} store{}, {} in {} lines of {}, default mode {}",
+        s["store"].as_str().unwrap_or("?"),
+        s["path"]
+            .as_str()
+            .map(|p| format!(" at {p}"))
+            .unwrap_or_default(),
+        human_bytes(n(&s["size_bytes"])),
+        n(&s["lines"]),
+        human_bytes(n(&s["line_size"])),
+        s["default_mode"].as_str().unwrap_or("?")
+    );
+    println!("\nUsage statistics         lines        %");
+    for (label, key) in [
+        ("occupancy", "occupancy_lines"),
+        ("free", "free_lines"),
+        ("clean", "clean_lines"),
+        ("dirty", "dirty_lines"),
+    ] {
+        println!("  {label:<20} {:>9} {:>8.1}", n(&s[key]), pct(n(&s[key])));
+    }
+    let print_counters = |title: &str, c: &serde_json::Value| {
+        let reads = n(&c["read_hits"])
+            + n(&c["read_partial_misses"])
+            + n(&c["read_full_misses"])
+            + n(&c["pass_through_reads"]);
+        let writes = n(&c["write_hits"])
+            + n(&c["write_partial_misses"])
+            + n(&c["write_full_misses"])
+            + n(&c["pass_through_writes"]);
+        let p = |x: u64, of: u64| {
+            if of == 0 {
+                0.0
+            } else {
+                100.0 * x as f64 / of as f64
+            }
+        };
+        println!("\n{title}");
+        println!("  {:<24} {:>12} {:>8}", "request", "count", "%");
+        for (label, key, of) in [
+            ("read hits", "read_hits", reads),
+            ("read partial misses", "read_partial_misses", reads),
+            ("read full misses", "read_full_misses", reads),
+            ("read pass-through", "pass_through_reads", reads),
+            ("write hits", "write_hits", writes),
+            ("write partial misses", "write_partial_misses", writes),
+            ("write full misses", "write_full_misses", writes),
+            ("write pass-through", "pass_through_writes", writes),
+        ] {
+            println!(
+                "  {label:<24} {:>12} {:>8.1}",
+                n(&c[key]),
+                p(n(&c[key]), of)
+            );
+        }
+        println!("  {:<24} {:>12}", "block", "bytes");
+        for (label, key) in [
+            ("reads from core", "core_read_bytes"),
+            ("writes to core", "core_write_bytes"),
+            ("reads from cache", "cache_read_bytes"),
+            ("writes to cache", "cache_write_bytes"),
+            ("reads by callers", "caller_read_bytes"),
+            ("writes by callers", "caller_write_bytes"),
+        ] {
+            println!("  {label:<24} {:>12}", human_bytes(n(&c[key])));
+        }
+        println!("  {:<24} {:>12}", "core errors", n(&c["core_errors"]));
+        println!("  {:<24} {:>12}", "cache errors", n(&c["cache_errors"]));
+    };
+    print_counters("Volume", &s["counters"]);
+    println!(
+        "\ncleaner: {} passes, {} lines written back, {} errors",
+        n(&s["cleaner_passes"]),
+        n(&s["cleaned_lines"]),
+        n(&s["cleaner_errors"])
+    );
+    for c in s["classes"].as_array().into_iter().flatten() {
+        let title = format!(
+            "Class {} ({}): mode {}, priority {}, allocation {}, {}{} lines, {} dirty",
+            c["id"],
+            c["name"].as_str().unwrap_or("?"),
+            c["mode"].as_str().unwrap_or("?"),
+            c["priority"],
+            c["allocation"],
+            if c["pinned"].as_bool() == Some(true) {
+                "pinned, "
+            } else {
+                ""
+            },
+            n(&c["occupancy_lines"]),
+            n(&c["dirty_lines"])
+        );
+        print_counters(&title, &c["counters"]);
+    }
+}
+
+fn flush(mountpoint: &Path) -> Result<()> {
+    has_cache(mountpoint)?;
+    let dirty = |s: &serde_json::Value| s["dirty_lines"].as_u64().unwrap_or(0);
+    let start = dirty(&read_stats(mountpoint)?);
+    let bar = indicatif::ProgressBar::new(start.max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("flushing [{bar:30}] {pos}/{len} lines {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let target = mountpoint.to_path_buf();
+    let worker = std::thread::spawn(move || xattr::set(&target, &format!("{PREFIX}flush"), b"1"));
+    while !worker.is_finished() {
+        if let Ok(s) = read_stats(mountpoint) {
+            bar.set_position(start.saturating_sub(dirty(&s)));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = worker
+        .join()
+        .map_err(|_| Error::Usage("flush thread panicked".into()))?;
+    bar.finish_and_clear();
+    r.map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => {
+            Error::Usage("only root or the user who mounted may flush the volume".into())
+        }
+        _ => Error::Usage(format!("flush {}: {e}", mountpoint.display())),
+    })?;
+    let left = dirty(&read_stats(mountpoint)?);
+    println!(
+        "{}: flushed {start} dirty lines; {left} dirty now",
+        mountpoint.display()
+    );
+    Ok(())
+}
+
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n as f64;
@@ -477,6 +808,19 @@ fn print_status(s: &serde_json::Value) {
             h("used_bytes"),
             h("free_bytes"),
             d["emulated"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(c) = s["cache"].as_object() {
+        println!(
+            "\ncache       {} {}{}, lines of {}, default mode {}: {} lines used, {} dirty, {} targets",
+            human_bytes(c["size_bytes"].as_u64().unwrap_or(0)),
+            c["store"].as_str().unwrap_or("?"),
+            c["path"].as_str().map(|p| format!(" at {p}")).unwrap_or_default(),
+            human_bytes(c["line_size"].as_u64().unwrap_or(0)),
+            c["default_mode"].as_str().unwrap_or("?"),
+            c["occupancy_lines"],
+            c["dirty_lines"],
+            c["targets"]
         );
     }
     let o = &s["options"];
@@ -533,5 +877,5 @@ fn demo(dir: &Path, devices: usize) -> Result<()> {
         m = mnt.display(),
         d = dir.display()
     );
-    daemon::run_foreground(cfg, &mnt, Ready::none())
+    daemon::run_foreground(cfg, &mnt, false, Ready::none())
 }

@@ -7,6 +7,11 @@
 //! | layout.json | file, dir | layout, devices and object shares as JSON | read-only | |
 //! | migrate   | file        | -                     | restripe to the given layout | -               |
 //! | status    | mount root  | volume status as JSON | read-only                    | -               |
+//! | cache     | dir         | the folder's target   | make it a target (`mode=wb priority=0 allocation=1 pinned=0`) | remove the target |
+//! | stats     | mount root  | cache statistics, JSON | read-only                   | -               |
+//! | targets   | mount root  | folder targets, JSON  | read-only                    | -               |
+//! | flush     | mount root  | -                     | write every dirty line back  | -               |
+//! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
 //!
 //! Unknown key: ENODATA (ENOATTR); bad value: EINVAL; read-only key: EROFS.
 
@@ -23,6 +28,11 @@ pub enum Key {
     LayoutJson,
     Migrate,
     Status,
+    Cache,
+    Stats,
+    Targets,
+    Flush,
+    Mode,
     Unknown,
 }
 
@@ -34,6 +44,11 @@ pub fn key(name: &[u8]) -> Option<Key> {
         b"layout.json" => Key::LayoutJson,
         b"migrate" => Key::Migrate,
         b"status" => Key::Status,
+        b"cache" => Key::Cache,
+        b"stats" => Key::Stats,
+        b"targets" => Key::Targets,
+        b"flush" => Key::Flush,
+        b"mode" => Key::Mode,
         _ => Key::Unknown,
     })
 }
@@ -47,8 +62,47 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         }
         Key::LayoutJson => json(&engine.layout_info(ino)?),
         Key::Status if ino == ROOT => json(&engine.status()?),
-        Key::Status | Key::Migrate | Key::Unknown => errno(libc::ENODATA),
+        Key::Cache => match caching(engine)?.target(ino) {
+            Some(t) => Ok(t.format().into_bytes()),
+            None => errno(libc::ENODATA),
+        },
+        Key::Stats if ino == ROOT => json(&caching(engine)?.cache.stats()),
+        Key::Targets if ino == ROOT => json(&caching(engine)?.targets(&engine.ns)),
+        Key::Mode if ino == ROOT => Ok(caching(engine)?
+            .cache
+            .default_mode()
+            .name()
+            .as_bytes()
+            .to_vec()),
+        Key::Status
+        | Key::Stats
+        | Key::Targets
+        | Key::Mode
+        | Key::Flush
+        | Key::Migrate
+        | Key::Unknown => errno(libc::ENODATA),
     }
+}
+
+/// The volume's cache; a volume without one has none of the cache keys.
+fn caching(engine: &Engine) -> Result<&crate::caching::Caching> {
+    engine.caching.as_ref().ok_or(Error::Errno(libc::ENODATA))
+}
+
+/// Volume-wide controls are for root and for whoever mounted the volume.
+fn volume_admin(uid: u32) -> Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if uid == 0 || uid == unsafe { libc::geteuid() } {
+        Ok(())
+    } else {
+        errno(libc::EPERM)
+    }
+}
+
+fn text(value: &[u8]) -> Result<&str> {
+    std::str::from_utf8(value)
+        .map(|t| t.trim_end_matches('\0').trim())
+        .map_err(|_| Error::Errno(libc::EINVAL))
 }
 
 pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Result<()> {
@@ -83,8 +137,37 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
                 _ => engine.ns.set_layout(ino, Some(layout)).map(|_| ()),
             }
         }
-        Key::LayoutJson | Key::Status => errno(libc::EROFS),
-        Key::Unknown => errno(libc::ENODATA),
+        Key::Cache => {
+            let c = caching(engine)?;
+            let inode = engine.ns.get(ino)?;
+            if inode.kind != Kind::Dir {
+                return errno(libc::ENOTDIR);
+            }
+            if uid != 0 && uid != inode.uid {
+                return errno(libc::EPERM);
+            }
+            let setting = crate::caching::TargetSetting::parse(text(value)?, c.target_mode)
+                .map_err(|e| {
+                    log::info!("refused cache target setting: {e}");
+                    Error::Errno(libc::EINVAL)
+                })?;
+            c.set_target(&engine.ns, ino, setting, false)
+        }
+        Key::Flush if ino == ROOT => {
+            volume_admin(uid)?;
+            caching(engine)?
+                .cache
+                .flush_all(&mut |_, _| {})
+                .map_err(|e| Error::Errno(e.raw_os_error().unwrap_or(libc::EIO)))
+        }
+        Key::Mode if ino == ROOT => {
+            volume_admin(uid)?;
+            let c = caching(engine)?;
+            let mode = cache::Mode::parse(text(value)?).ok_or(Error::Errno(libc::EINVAL))?;
+            c.set_default_mode(mode)
+        }
+        Key::LayoutJson | Key::Status | Key::Stats | Key::Targets => errno(libc::EROFS),
+        Key::Flush | Key::Mode | Key::Unknown => errno(libc::ENODATA),
     }
 }
 
@@ -100,8 +183,16 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
             }
             engine.ns.set_layout(ino, None).map(|_| ())
         }
-        Key::LayoutJson | Key::Status => errno(libc::EROFS),
-        Key::Migrate | Key::Unknown => errno(libc::ENODATA),
+        Key::Cache => {
+            let c = caching(engine)?;
+            let inode = engine.ns.get(ino)?;
+            if uid != 0 && uid != inode.uid {
+                return errno(libc::EPERM);
+            }
+            c.remove_target(&engine.ns, ino)
+        }
+        Key::LayoutJson | Key::Status | Key::Stats | Key::Targets | Key::Mode => errno(libc::EROFS),
+        Key::Migrate | Key::Flush | Key::Unknown => errno(libc::ENODATA),
     }
 }
 

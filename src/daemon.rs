@@ -127,17 +127,27 @@ impl Ready {
 }
 
 /// Mounts and serves until unmounted or signalled.
-pub fn run_foreground(config: mountcfg::Config, mountpoint: &Path, mut ready: Ready) -> Result<()> {
-    let result = serve(config, mountpoint, &mut ready);
+pub fn run_foreground(
+    config: mountcfg::Config,
+    mountpoint: &Path,
+    cache_reset: bool,
+    mut ready: Ready,
+) -> Result<()> {
+    let result = serve(config, mountpoint, cache_reset, &mut ready);
     if let Err(e) = &result {
         ready.send(&format!("error: {e}\n"));
     }
     result
 }
 
-fn serve(config: mountcfg::Config, mountpoint: &Path, ready: &mut Ready) -> Result<()> {
+fn serve(
+    config: mountcfg::Config,
+    mountpoint: &Path,
+    cache_reset: bool,
+    ready: &mut Ready,
+) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
-    let engine = Arc::new(Engine::open(config, &mountpoint)?);
+    let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;
     let mut options = vec![
         MountOption::FSName(
@@ -221,7 +231,7 @@ fn serve(config: mountcfg::Config, mountpoint: &Path, ready: &mut Ready) -> Resu
     let _ = committer.join();
     signal_handle.close();
     let _ = signal_thread.join();
-    let synced = engine.sync_all();
+    let synced = engine.shutdown();
     log::info!("unmounted {}", mountpoint.display());
     served.map_err(|e| Error::Usage(format!("serving {}: {e}", mountpoint.display())))?;
     synced

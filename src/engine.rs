@@ -1,6 +1,7 @@
 //! A mounted volume without the FUSE wire: the namespace and the striped devices together,
 //! with the data operations, durability (commit) and the control values built on them.
 
+use crate::caching::Caching;
 use crate::error::{errno, Error, Result};
 use crate::namespace::{Inode, Kind, Namespace};
 use dashmap::DashMap;
@@ -13,14 +14,21 @@ use stripe::{Layout, Volume};
 
 pub struct Engine {
     pub config: mountcfg::Config,
-    pub volume: Volume,
+    pub volume: Arc<Volume>,
     pub ns: Namespace,
+    /// The cache in front of the devices, if the config has one.
+    pub caching: Option<Caching>,
     /// Per-inode data lock: reads and writes share it, truncate and migrate take it alone.
     io_locks: DashMap<u64, Arc<RwLock<()>>>,
     /// Serialises commits so the doomed-object deletes of one never race another's.
     commit_lock: parking_lot::Mutex<()>,
     started: Instant,
     pub mountpoint: PathBuf,
+}
+
+/// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
+fn io_error(e: std::io::Error) -> Error {
+    Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// The device model a config entry asks for: its profile, with the entry's overrides.
@@ -90,7 +98,21 @@ pub struct Status {
     pub capacity_bytes: u64,
     pub available_bytes: u64,
     pub options: Options,
+    /// The cache in front of the devices, if any.
+    pub cache: Option<CacheSummary>,
     pub uptime_secs: u64,
+}
+
+#[derive(Serialize)]
+pub struct CacheSummary {
+    pub store: String,
+    pub path: Option<String>,
+    pub size_bytes: u64,
+    pub line_size: u64,
+    pub default_mode: String,
+    pub occupancy_lines: u64,
+    pub dirty_lines: u64,
+    pub targets: usize,
 }
 
 #[derive(Serialize)]
@@ -126,7 +148,9 @@ pub struct LayoutInfo {
 }
 
 impl Engine {
-    pub fn open(config: mountcfg::Config, mountpoint: &Path) -> Result<Engine> {
+    /// Opens the volume a config describes; `cache_reset` discards a cache file that does
+    /// not fit (another volume's, or other settings).
+    pub fn open(config: mountcfg::Config, mountpoint: &Path, cache_reset: bool) -> Result<Engine> {
         let mut volume = Volume::open(&config.volume.devices)?;
         for e in &config.volume.emulate {
             let model = device_model(e)?;
@@ -145,7 +169,25 @@ impl Engine {
             )));
         }
         ns.reap_orphans()?;
+        let (inodes, _) = ns.snapshot();
+        for i in inodes.iter().filter(|i| i.kind == Kind::File) {
+            if let Some(l) = i.layout {
+                volume.set_layout(i.object, l);
+            }
+        }
+        let volume = Arc::new(volume);
+        let caching = match &config.cache {
+            Some(section) => Some(Caching::open(
+                &config,
+                section,
+                volume.clone(),
+                &ns,
+                cache_reset,
+            )?),
+            None => None,
+        };
         Ok(Engine {
+            caching,
             config,
             volume,
             ns,
@@ -168,7 +210,11 @@ impl Engine {
     fn file(&self, ino: u64) -> Result<(Inode, Layout)> {
         let inode = self.ns.get(ino)?;
         match (inode.kind, inode.layout) {
-            (Kind::File, Some(l)) => Ok((inode, l)),
+            (Kind::File, Some(l)) => {
+                // The cache reaches the devices by object alone: keep its layout known.
+                self.volume.set_layout(inode.object, l);
+                Ok((inode, l))
+            }
             (Kind::Dir, _) => errno(libc::EISDIR),
             _ => errno(libc::EINVAL),
         }
@@ -184,7 +230,15 @@ impl Engine {
         }
         let len = (inode.size - offset).min(size as u64) as usize;
         let mut buf = vec![0u8; len];
-        self.volume.read(inode.object, &layout, offset, &mut buf)?;
+        match &self.caching {
+            Some(c) => {
+                let class = c.class_of(&self.ns, ino);
+                c.cache
+                    .read(inode.object, offset, &mut buf, class)
+                    .map_err(io_error)?
+            }
+            None => self.volume.read(inode.object, &layout, offset, &mut buf)?,
+        }
         self.ns.note_read(ino);
         Ok(buf)
     }
@@ -197,7 +251,15 @@ impl Engine {
         let lock = self.io_lock(ino);
         let _shared = lock.read();
         let (inode, layout) = self.file(ino)?;
-        self.volume.write(inode.object, &layout, offset, data)?;
+        match &self.caching {
+            Some(c) => {
+                let class = c.class_of(&self.ns, ino);
+                c.cache
+                    .write(inode.object, offset, data, class)
+                    .map_err(io_error)?
+            }
+            None => self.volume.write(inode.object, &layout, offset, data)?,
+        }
         self.ns.note_write(ino, end)
     }
 
@@ -210,6 +272,9 @@ impl Engine {
         let _alone = lock.write();
         let (inode, layout) = self.file(ino)?;
         if size < inode.size {
+            if let Some(c) = &self.caching {
+                c.cache.truncate(inode.object, size).map_err(io_error)?;
+            }
             self.volume.truncate(inode.object, &layout, size)?;
         }
         Ok(())
@@ -236,6 +301,11 @@ impl Engine {
         } else {
             end
         };
+        if let (Some(c), true) = (&self.caching, mode & libc::FALLOC_FL_PUNCH_HOLE != 0) {
+            // A hole punched in the devices must not be refilled from the cache.
+            c.cache.flush_object(inode.object).map_err(io_error)?;
+            c.cache.forget(inode.object).map_err(io_error)?;
+        }
         if end_in_file > offset {
             self.volume
                 .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)?;
@@ -250,7 +320,10 @@ impl Engine {
     pub fn fsync(&self, ino: u64) -> Result<()> {
         if let Ok(inode) = self.ns.get(ino) {
             if inode.kind == Kind::File {
-                self.volume.sync(inode.object)?;
+                match &self.caching {
+                    Some(c) => c.cache.sync_object(inode.object).map_err(io_error)?,
+                    None => self.volume.sync(inode.object)?,
+                }
             }
         }
         self.commit()
@@ -261,6 +334,11 @@ impl Engine {
         let _one = self.commit_lock.lock();
         let doomed = self.ns.sync()?;
         for object in doomed {
+            if let Some(c) = &self.caching {
+                if let Err(e) = c.cache.forget(object) {
+                    log::warn!("could not drop the cached lines of object {object}: {e}");
+                }
+            }
             if let Err(e) = self.volume.remove(object) {
                 log::warn!("could not delete object {object}: {e}");
             }
@@ -268,10 +346,48 @@ impl Engine {
         Ok(())
     }
 
-    /// Everything written so far, data and names, durable: syncfs and unmount.
+    /// Everything written so far to the devices, and the names, durable.
     pub fn sync_all(&self) -> Result<()> {
         self.volume.sync_all()?;
         self.commit()
+    }
+
+    /// Unmount: the cache writes every dirty line back, then everything is made durable.
+    pub fn shutdown(&self) -> Result<()> {
+        let cached = match &self.caching {
+            Some(c) => c.shutdown(),
+            None => Ok(()),
+        };
+        let synced = self.sync_all();
+        cached.and(synced)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        noreplace: bool,
+        exchange: bool,
+    ) -> Result<()> {
+        self.ns
+            .rename(parent, name, newparent, newname, noreplace, exchange)?;
+        if let Some(c) = &self.caching {
+            c.tree_changed();
+        }
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let dir = self.ns.lookup(parent, name).map(|i| i.ino);
+        self.ns.rmdir(parent, name)?;
+        if let (Some(c), Ok(dir)) = (&self.caching, dir) {
+            if c.is_target(dir) {
+                c.remove_target(&self.ns, dir)?;
+            }
+        }
+        Ok(())
     }
 
     /// Restripes a file with its content unchanged; readers and writers wait meanwhile, so no
@@ -285,7 +401,13 @@ impl Engine {
         if from == to {
             return Ok(inode);
         }
+        if let Some(c) = &self.caching {
+            // The copy reads the devices: they must hold everything first.
+            c.cache.flush_object(inode.object).map_err(io_error)?;
+            c.cache.forget(inode.object).map_err(io_error)?;
+        }
         let object = self.ns.new_object_id()?;
+        self.volume.set_layout(object, to);
         if let Err(e) = self
             .volume
             .copy_to(inode.object, &from, inode.size, object, &to)
@@ -388,6 +510,19 @@ impl Engine {
                 attr_timeout_ms: m.attr_timeout.as_millis() as u64,
                 commit_interval_ms: m.commit_interval.as_millis() as u64,
             },
+            cache: self.caching.as_ref().map(|c| {
+                let st = c.cache.stats();
+                CacheSummary {
+                    store: st.store,
+                    path: st.path,
+                    size_bytes: st.size_bytes,
+                    line_size: st.line_size,
+                    default_mode: st.default_mode,
+                    occupancy_lines: st.occupancy_lines,
+                    dirty_lines: st.dirty_lines,
+                    targets: c.targets(&self.ns).len(),
+                }
+            }),
             uptime_secs: self.started.elapsed().as_secs(),
         })
     }

@@ -166,8 +166,8 @@ impl Filesystem for StripeFs {
     }
 
     fn destroy(&mut self) {
-        if let Err(e) = self.engine.sync_all() {
-            log::error!("final sync failed: {e}");
+        if let Err(e) = self.engine.shutdown() {
+            log::error!("final write-back failed: {e}");
         }
     }
 
@@ -283,7 +283,7 @@ impl Filesystem for StripeFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.engine.ns.rmdir(parent.0, name.as_bytes()));
+        Self::empty(reply, self.engine.rmdir(parent.0, name.as_bytes()));
     }
 
     fn symlink(
@@ -326,7 +326,7 @@ impl Filesystem for StripeFs {
         }
         Self::empty(
             reply,
-            self.engine.ns.rename(
+            self.engine.rename(
                 parent.0,
                 name.as_bytes(),
                 newparent.0,

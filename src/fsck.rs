@@ -200,7 +200,8 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             );
             continue;
         };
-        let want = layout.object_len(owner.size, slot);
+        // A cache writes whole 4K sectors back, so the last one may run past the end.
+        let want = layout.object_len(owner.size.next_multiple_of(cache::SECTOR), slot);
         if o.len > want {
             if repair {
                 volume.truncate(o.ino, &layout, owner.size)?;

@@ -2,6 +2,7 @@
 //! The binary wires the crates below it: `stripe` (layout and devices), `mountcfg` (config).
 
 pub mod bench_cmd;
+pub mod caching;
 pub mod cli;
 pub mod control;
 pub mod daemon;

@@ -22,6 +22,8 @@ const XATTRS: TableDefinition<(u64, &[u8]), &[u8]> = TableDefinition::new("xattr
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 pub const ROOT: u64 = 1;
+/// Prefix of internal xattr names: the kernel passes only names with a namespace prefix.
+const INTERNAL: &[u8] = b"\0stripefs.";
 const NAME_MAX: usize = 255;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -658,14 +660,10 @@ impl Namespace {
                 }
                 st.set_entry(ch, parent, name, Some(dst));
                 st.set_entry(ch, newparent, newname, Some(src));
-                for (ino, is_dir, new_parent) in
-                    [(src, src_is_dir, newparent), (dst, dst_is_dir, parent)]
-                {
+                for (ino, new_parent) in [(src, newparent), (dst, parent)] {
                     let i = st.inode_mut(ino, ch)?;
                     i.ctime = now;
-                    if is_dir {
-                        i.parent = new_parent;
-                    }
+                    i.parent = new_parent;
                 }
                 if parent != newparent && src_is_dir != dst_is_dir {
                     let (gains, loses) = if src_is_dir {
@@ -711,12 +709,11 @@ impl Namespace {
             st.set_entry(ch, newparent, newname, Some(src));
             let moved = st.inode_mut(src, ch)?;
             moved.ctime = now;
-            if src_is_dir {
-                moved.parent = newparent;
-                if parent != newparent {
-                    st.inode_mut(parent, ch)?.nlink -= 1;
-                    st.inode_mut(newparent, ch)?.nlink += 1;
-                }
+            // Files remember the folder they were last named in (it decides their cache class).
+            moved.parent = newparent;
+            if src_is_dir && parent != newparent {
+                st.inode_mut(parent, ch)?.nlink -= 1;
+                st.inode_mut(newparent, ch)?.nlink += 1;
             }
             st.touch_dir(ch, parent, now)?;
             st.touch_dir(ch, newparent, now)?;
@@ -880,8 +877,58 @@ impl Namespace {
         Ok(st
             .xattrs
             .get(&ino)
-            .map(|x| x.keys().cloned().collect())
+            .map(|x| {
+                x.keys()
+                    .filter(|k| !k.starts_with(INTERNAL))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default())
+    }
+
+    /// stripefs's own per-inode settings (a folder's cache target), kept with the xattrs under
+    /// names no client can spell, and so never listed.
+    pub fn set_internal(&self, ino: u64, key: &str, value: Option<&[u8]>) -> Result<()> {
+        let name = [INTERNAL, key.as_bytes()].concat();
+        self.mutate(|st, ch| {
+            st.inode(ino)?;
+            match value {
+                Some(v) => {
+                    st.xattrs
+                        .entry(ino)
+                        .or_default()
+                        .insert(name.clone(), v.to_vec());
+                    ch.xattrs.push((ino, name, Some(v.to_vec())));
+                }
+                None => {
+                    if let Some(x) = st.xattrs.get_mut(&ino) {
+                        x.remove(&name);
+                    }
+                    ch.xattrs.push((ino, name, None));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Every inode holding an internal setting `key`, with its value.
+    pub fn internal(&self, key: &str) -> Vec<(u64, Vec<u8>)> {
+        let name = [INTERNAL, key.as_bytes()].concat();
+        let st = self.state.read();
+        st.xattrs
+            .iter()
+            .filter_map(|(&ino, x)| Some((ino, x.get(&name)?.clone())))
+            .collect()
+    }
+
+    /// The name of `ino` in `parent`, if it has one there.
+    pub fn name_in(&self, parent: u64, ino: u64) -> Option<Vec<u8>> {
+        let st = self.state.read();
+        st.children
+            .get(&parent)?
+            .iter()
+            .find(|(_, &i)| i == ino)
+            .map(|(n, _)| n.clone())
     }
 
     /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE.

@@ -1047,6 +1047,11 @@ impl Cache {
         self.backend.sync(object)
     }
 
+    /// Writes back the dirty lines of one object.
+    pub fn flush_object(&self, object: u64) -> io::Result<()> {
+        self.flush_where(&|o, _| o == object)
+    }
+
     /// Writes back everything dirty; `progress(done, total)` hears how far it is.
     pub fn flush_all(&self, progress: &mut dyn FnMut(u64, u64)) -> io::Result<()> {
         let mut done = 0;

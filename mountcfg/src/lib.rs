@@ -41,6 +41,63 @@ pub struct Config {
     pub source: PathBuf,
     pub volume: VolumeSection,
     pub mount: MountSection,
+    pub cache: Option<CacheSection>,
+}
+
+/// Cache mode names, short and long, as the config and the control plane accept them.
+pub const CACHE_MODES: &[&str] = &[
+    "wt",
+    "wb",
+    "wa",
+    "wi",
+    "wo",
+    "pt",
+    "write-through",
+    "write-back",
+    "write-around",
+    "write-invalidate",
+    "write-only",
+    "pass-through",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CacheStore {
+    Ram,
+    /// A cache file: this directory (holding `stripefs.cache`) or this file.
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSection {
+    pub store: CacheStore,
+    pub size: u64,
+    pub line_size: u64,
+    pub mode: String,
+    /// true: every file is cached by `mode`; false: only files under a target.
+    pub default_all: bool,
+    pub staleness: Duration,
+    pub wake_up: Duration,
+    pub batch: usize,
+    pub dirty_high: f64,
+    /// "always", "full" or "never".
+    pub seq_cutoff: String,
+    pub seq_threshold: u64,
+    /// None: always; Some(n): after n misses.
+    pub promotion_hits: Option<u32>,
+    pub targets: Vec<TargetSection>,
+}
+
+/// A `[[cache.target]]`: a folder and how its files are cached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetSection {
+    /// Relative to the volume root, starting with '/'.
+    pub path: String,
+    pub mode: String,
+    pub priority: u8,
+    pub allocation: f64,
+    pub pinned: bool,
+    /// Where it is in the config file, for messages at mount.
+    pub line: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +178,7 @@ impl Config {
                 emulate: Vec::new(),
             },
             mount: MountSection::default(),
+            cache: None,
         }
     }
 
@@ -139,6 +197,56 @@ struct RawConfig {
     volume: RawVolume,
     #[serde(default)]
     mount: Option<RawMount>,
+    cache: Option<RawCache>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    store: Option<Spanned<String>>,
+    path: Option<Spanned<String>>,
+    size: Spanned<SizeValue>,
+    line_size: Option<Spanned<SizeValue>>,
+    mode: Option<Spanned<String>>,
+    default: Option<Spanned<String>>,
+    cleaner: Option<RawCleaner>,
+    seq_cutoff: Option<RawSeqCutoff>,
+    promotion: Option<RawPromotion>,
+    #[serde(default)]
+    target: Vec<Spanned<RawTarget>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCleaner {
+    staleness: Option<Spanned<String>>,
+    wake_up: Option<Spanned<String>>,
+    batch: Option<Spanned<i64>>,
+    dirty_high: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSeqCutoff {
+    policy: Option<Spanned<String>>,
+    threshold: Option<Spanned<SizeValue>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPromotion {
+    policy: Option<Spanned<String>>,
+    hits: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    path: Spanned<String>,
+    mode: Option<Spanned<String>>,
+    priority: Option<Spanned<i64>>,
+    allocation: Option<Spanned<f64>>,
+    pinned: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -219,10 +327,15 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         Some(m) => validate_mount(&ctx, m)?,
         None => MountSection::default(),
     };
+    let cache = match raw.cache {
+        Some(c) => Some(validate_cache(&ctx, c, base, &volume)?),
+        None => None,
+    };
     Ok(Config {
         source: path.to_path_buf(),
         volume,
         mount,
+        cache,
     })
 }
 
@@ -599,6 +712,354 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
     }
     m.fsname = raw.fsname;
     Ok(m)
+}
+
+fn size_value(
+    ctx: &Ctx,
+    v: Spanned<SizeValue>,
+    key: &str,
+) -> Result<(u64, Range<usize>, SizeValue), ConfigError> {
+    let span = v.span();
+    let value = v.into_inner();
+    let parsed = match &value {
+        SizeValue::Int(n) if *n >= 0 => Ok(*n as u64),
+        SizeValue::Int(_) => Err("must not be negative".to_string()),
+        SizeValue::Text(t) => parse_size(t),
+    };
+    let short = key.rsplit('.').next().unwrap_or(key);
+    match parsed {
+        Ok(n) => Ok((n, span, value)),
+        Err(m) => Err(ctx.err(span, key, format!("{short} = {value}: {m}"))),
+    }
+}
+
+fn mode_value(
+    ctx: &Ctx,
+    v: Option<Spanned<String>>,
+    key: &str,
+    default: &str,
+) -> Result<String, ConfigError> {
+    match v {
+        None => Ok(default.into()),
+        Some(m) => {
+            let span = m.span();
+            let text = m.into_inner();
+            if CACHE_MODES.contains(&text.to_ascii_lowercase().as_str()) {
+                Ok(text.to_ascii_lowercase())
+            } else {
+                Err(ctx.err(
+                    span,
+                    key,
+                    format!("mode = \"{text}\": must be wt, wb, wa, wi, wo or pt (or write-through, write-back, ...)"),
+                ))
+            }
+        }
+    }
+}
+
+fn validate_cache(
+    ctx: &Ctx,
+    raw: RawCache,
+    base: &Path,
+    volume: &VolumeSection,
+) -> Result<CacheSection, ConfigError> {
+    let store = match raw.store {
+        None => CacheStore::Ram,
+        Some(s) => {
+            let span = s.span();
+            match s.into_inner().as_str() {
+                "ram" => CacheStore::Ram,
+                "file" => {
+                    let Some(p) = raw.path.as_ref() else {
+                        return Err(ctx.err(
+                            span,
+                            "cache.store",
+                            "store = \"file\" needs cache.path (a directory on the fast device)",
+                        ));
+                    };
+                    let text = p.get_ref().clone();
+                    let path = base.join(&text);
+                    let dir = if path.is_dir() {
+                        path.clone()
+                    } else {
+                        path.parent().map(Path::to_path_buf).unwrap_or_default()
+                    };
+                    if !dir.is_dir() {
+                        return Err(ctx.err(
+                            p.span(),
+                            "cache.path",
+                            format!("path = \"{text}\": no such directory"),
+                        ));
+                    }
+                    if volume.devices.iter().any(|d| path.starts_with(d)) {
+                        return Err(ctx.err(p.span(), "cache.path", format!("path = \"{text}\" is inside a device; put the cache on its own fast device")));
+                    }
+                    CacheStore::File(path)
+                }
+                other => {
+                    return Err(ctx.err(
+                        span,
+                        "cache.store",
+                        format!("store = \"{other}\": must be \"ram\" or \"file\""),
+                    ))
+                }
+            }
+        }
+    };
+    if let (CacheStore::Ram, Some(p)) = (&store, &raw.path) {
+        return Err(ctx.err(
+            p.span(),
+            "cache.path",
+            "path is for store = \"file\"; a RAM cache has no path",
+        ));
+    }
+    let (size, size_span, size_text) = size_value(ctx, raw.size, "cache.size")?;
+    let line_size = match raw.line_size {
+        None => 64 * 1024,
+        Some(v) => {
+            let (n, span, text) = size_value(ctx, v, "cache.line_size")?;
+            if !n.is_power_of_two() || !(4096..=256 * 1024).contains(&n) {
+                return Err(ctx.err(
+                    span,
+                    "cache.line_size",
+                    format!("line_size = {text}: must be a power of two from 4K to 256K"),
+                ));
+            }
+            n
+        }
+    };
+    if size < line_size {
+        return Err(ctx.err(
+            size_span,
+            "cache.size",
+            format!(
+                "size = {size_text}: must hold at least one line ({})",
+                format_size(line_size)
+            ),
+        ));
+    }
+    if let CacheStore::File(p) = &store {
+        let dir = if p.is_dir() {
+            p.clone()
+        } else {
+            p.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        if let Some(total) = fs_size(&dir) {
+            if size > total {
+                return Err(ctx.err(
+                    size_span,
+                    "cache.size",
+                    format!(
+                        "size = {size_text}: larger than the device holding {} ({})",
+                        dir.display(),
+                        format_size(total)
+                    ),
+                ));
+            }
+        }
+    }
+    let mode = mode_value(ctx, raw.mode, "cache.mode", "wt")?;
+    let default_all = match raw.default {
+        None => true,
+        Some(d) => {
+            let span = d.span();
+            match d.into_inner().as_str() {
+                "all" => true,
+                "targets" => false,
+                other => {
+                    return Err(ctx.err(
+                        span,
+                        "cache.default",
+                        format!("default = \"{other}\": must be \"all\" or \"targets\""),
+                    ))
+                }
+            }
+        }
+    };
+    let mut section = CacheSection {
+        store,
+        size,
+        line_size,
+        mode,
+        default_all,
+        staleness: Duration::from_secs(30),
+        wake_up: Duration::from_secs(1),
+        batch: 128,
+        dirty_high: 0.8,
+        seq_cutoff: "full".into(),
+        seq_threshold: 1 << 20,
+        promotion_hits: None,
+        targets: Vec::new(),
+    };
+    if let Some(c) = raw.cleaner {
+        for (v, key, slot) in [
+            (
+                c.staleness,
+                "cache.cleaner.staleness",
+                &mut section.staleness,
+            ),
+            (c.wake_up, "cache.cleaner.wake_up", &mut section.wake_up),
+        ] {
+            if let Some(t) = v {
+                let span = t.span();
+                let text = t.into_inner();
+                *slot = parse_duration(&text).map_err(|m| {
+                    ctx.err(
+                        span,
+                        key,
+                        format!(
+                            "{} = \"{text}\": {m}",
+                            key.rsplit('.').next().unwrap_or(key)
+                        ),
+                    )
+                })?;
+            }
+        }
+        if section.wake_up.is_zero() {
+            section.wake_up = Duration::from_millis(10);
+        }
+        if let Some(b) = c.batch {
+            let span = b.span();
+            let n = b.into_inner();
+            if !(1..=65536).contains(&n) {
+                return Err(ctx.err(
+                    span,
+                    "cache.cleaner.batch",
+                    format!("batch = {n}: must be from 1 to 65536"),
+                ));
+            }
+            section.batch = n as usize;
+        }
+        if let Some(d) = c.dirty_high {
+            let span = d.span();
+            let x = d.into_inner();
+            if !(x > 0.0 && x <= 1.0) {
+                return Err(ctx.err(
+                    span,
+                    "cache.cleaner.dirty_high",
+                    format!("dirty_high = {x}: must be a share above 0 and at most 1"),
+                ));
+            }
+            section.dirty_high = x;
+        }
+    }
+    if let Some(c) = raw.seq_cutoff {
+        if let Some(p) = c.policy {
+            let span = p.span();
+            let text = p.into_inner();
+            if !["always", "full", "never"].contains(&text.as_str()) {
+                return Err(ctx.err(
+                    span,
+                    "cache.seq_cutoff.policy",
+                    format!("policy = \"{text}\": must be \"always\", \"full\" or \"never\""),
+                ));
+            }
+            section.seq_cutoff = text;
+        }
+        if let Some(t) = c.threshold {
+            section.seq_threshold = size_value(ctx, t, "cache.seq_cutoff.threshold")?.0;
+        }
+    }
+    if let Some(p) = raw.promotion {
+        let policy = p.policy.map(|s| (s.span(), s.into_inner()));
+        match policy.as_ref().map(|(sp, t)| (sp.clone(), t.as_str())) {
+            None | Some((_, "always")) => {}
+            Some((_, "nhit")) => {
+                let hits = match p.hits {
+                    None => 3,
+                    Some(h) => {
+                        let span = h.span();
+                        let n = h.into_inner();
+                        if !(1..=1000).contains(&n) {
+                            return Err(ctx.err(
+                                span,
+                                "cache.promotion.hits",
+                                format!("hits = {n}: must be from 1 to 1000"),
+                            ));
+                        }
+                        n as u32
+                    }
+                };
+                section.promotion_hits = Some(hits);
+            }
+            Some((span, other)) => {
+                return Err(ctx.err(
+                    span,
+                    "cache.promotion.policy",
+                    format!("policy = \"{other}\": must be \"always\" or \"nhit\""),
+                ))
+            }
+        }
+    }
+    for t in raw.target {
+        let entry_line = ctx.line_of(t.span().start);
+        let t = t.into_inner();
+        let span = t.path.span();
+        let path = t.path.into_inner();
+        let clean = path.trim_end_matches('/');
+        if !path.starts_with('/') || path.split('/').any(|c| c == ".." || c == ".") {
+            return Err(ctx.err(span, "cache.target.path", format!("path = \"{path}\": must be a folder of the volume, from its root (\"/vm-images\"), without . or ..")));
+        }
+        if section.targets.iter().any(|o| o.path == clean) {
+            return Err(ctx.err(
+                span,
+                "cache.target.path",
+                format!("path = \"{path}\" is a target twice"),
+            ));
+        }
+        let mode = mode_value(ctx, t.mode, "cache.target.mode", &section.mode)?;
+        let priority = match t.priority {
+            None => 0,
+            Some(p) => {
+                let span = p.span();
+                let n = p.into_inner();
+                if !(0..=255).contains(&n) {
+                    return Err(ctx.err(
+                        span,
+                        "cache.target.priority",
+                        format!("priority = {n}: must be from 0 (kept longest) to 255"),
+                    ));
+                }
+                n as u8
+            }
+        };
+        let allocation = match t.allocation {
+            None => 1.0,
+            Some(a) => {
+                let span = a.span();
+                let x = a.into_inner();
+                if !(x > 0.0 && x <= 1.0) {
+                    return Err(ctx.err(
+                        span,
+                        "cache.target.allocation",
+                        format!("allocation = {x}: must be a share above 0 and at most 1"),
+                    ));
+                }
+                x
+            }
+        };
+        section.targets.push(TargetSection {
+            path: if clean.is_empty() {
+                "/".into()
+            } else {
+                clean.into()
+            },
+            mode,
+            priority,
+            allocation,
+            pinned: t.pinned.unwrap_or(false),
+            line: entry_line,
+        });
+    }
+    Ok(section)
+}
+
+fn fs_size(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the zeroed struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| st.f_blocks * st.f_frsize)
 }
 
 fn describe_io(e: &std::io::Error) -> String {

@@ -25,6 +25,8 @@ pub struct Volume {
     open: DashMap<u64, Arc<Objects>>,
     /// Per device: the model that makes it behave like a slower drive, if any.
     emulated: Vec<Option<Emulated>>,
+    /// Layout of each object, for callers that address objects alone (the cache's core).
+    layouts: DashMap<u64, Layout>,
 }
 
 /// What one device can hold, from statvfs.
@@ -52,6 +54,7 @@ impl Volume {
         let uuid = devices[0].superblock.volume_uuid;
         Ok(Volume {
             emulated: devices.iter().map(|_| None).collect(),
+            layouts: DashMap::new(),
             devices,
             uuid,
             open: DashMap::new(),
@@ -296,6 +299,18 @@ impl Volume {
         Ok(())
     }
 
+    /// Records the layout of an object, for I/O addressed by object alone.
+    pub fn set_layout(&self, object: u64, layout: Layout) {
+        self.layouts.insert(object, layout);
+    }
+
+    fn layout_of(&self, object: u64) -> io::Result<Layout> {
+        self.layouts
+            .get(&object)
+            .map(|l| *l)
+            .ok_or_else(|| io::Error::other(format!("no layout known for object {object}")))
+    }
+
     /// Drops the inode's open object files (after its last close).
     pub fn close(&self, ino: u64) {
         self.open.remove(&ino);
@@ -304,6 +319,7 @@ impl Volume {
     /// Deletes the inode's object files on every device.
     pub fn remove(&self, ino: u64) -> Result<()> {
         self.open.remove(&ino);
+        self.layouts.remove(&ino);
         for dev in 0..self.devices.len() {
             match std::fs::remove_file(self.object_path(dev, ino)) {
                 Ok(()) => {}
@@ -386,6 +402,30 @@ impl Volume {
             pos += n as u64;
         }
         self.sync(to_ino)
+    }
+}
+
+/// The cache's core: objects addressed without their layout, which the volume remembers.
+impl cache::Backend for Volume {
+    fn read(&self, object: u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let layout = self.layout_of(object)?;
+        Volume::read(self, object, &layout, offset, buf).map_err(into_io)
+    }
+
+    fn write(&self, object: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        let layout = self.layout_of(object)?;
+        Volume::write(self, object, &layout, offset, data).map_err(into_io)
+    }
+
+    fn sync(&self, object: u64) -> io::Result<()> {
+        Volume::sync(self, object).map_err(into_io)
+    }
+}
+
+fn into_io(e: StripeError) -> io::Error {
+    match e {
+        StripeError::Io { source, .. } => source,
+        other => io::Error::other(other.to_string()),
     }
 }
 

@@ -1,0 +1,442 @@
+//! The cache as the volume uses it: the cache engine over the striped devices, folder targets
+//! held by directory inode (persisted, and following a folder across renames), and the class
+//! each file belongs to (its nearest targeted ancestor, else the volume default).
+
+use crate::error::{errno, Error, Result};
+use crate::namespace::{Kind, Namespace, ROOT};
+use cache::{
+    Cache, CacheConfig, ClassConfig, ClassId, Mode, Policy, Promotion, SeqCutoff, StoreKind,
+};
+use dashmap::DashMap;
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use stripe::Volume;
+
+/// Key of the internal xattr that persists a live target on its directory.
+const TARGET_KEY: &str = "cache";
+
+/// What a folder target asks: `mode=wb priority=0 allocation=0.5 pinned=1`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TargetSetting {
+    pub mode: Mode,
+    pub priority: u8,
+    pub allocation: f64,
+    pub pinned: bool,
+}
+
+impl TargetSetting {
+    pub fn parse(text: &str, default_mode: Mode) -> std::result::Result<TargetSetting, String> {
+        let mut t = TargetSetting {
+            mode: default_mode,
+            priority: 0,
+            allocation: 1.0,
+            pinned: false,
+        };
+        let mut any = false;
+        for part in text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            match k {
+                "mode" => {
+                    t.mode = Mode::parse(v)
+                        .ok_or_else(|| format!("mode={v}: must be wt, wb, wa, wi, wo or pt"))?
+                }
+                "priority" => {
+                    t.priority = v
+                        .parse()
+                        .map_err(|_| format!("priority={v}: must be 0..255"))?
+                }
+                "allocation" => {
+                    t.allocation = v
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|a| *a > 0.0 && *a <= 1.0)
+                        .ok_or_else(|| format!("allocation={v}: must be above 0 and at most 1"))?
+                }
+                "pinned" | "pin" => {
+                    t.pinned = match v {
+                        "" | "1" | "true" | "yes" => true,
+                        "0" | "false" | "no" => false,
+                        _ => return Err(format!("pinned={v}: must be 0 or 1")),
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "unknown key \"{other}\" (mode, priority, allocation, pinned)"
+                    ))
+                }
+            }
+            any = true;
+        }
+        if !any {
+            return Err("empty setting; expected e.g. \"mode=wb\"".into());
+        }
+        Ok(t)
+    }
+
+    pub fn format(&self) -> String {
+        format!(
+            "mode={} priority={} allocation={} pinned={}",
+            self.mode,
+            self.priority,
+            self.allocation,
+            u8::from(self.pinned)
+        )
+    }
+
+    fn class(&self, name: String) -> ClassConfig {
+        ClassConfig {
+            name,
+            mode: self.mode,
+            priority: self.priority,
+            allocation: self.allocation,
+            pinned: self.pinned,
+        }
+    }
+}
+
+struct Target {
+    class: ClassId,
+    setting: TargetSetting,
+    /// From the config file (applied at each mount) rather than set live (persisted).
+    from_config: bool,
+}
+
+pub struct Caching {
+    pub cache: Arc<Cache>,
+    cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
+    targets: RwLock<HashMap<u64, Target>>,
+    /// Bumped by every change that can move a file to another class (targets, renames).
+    generation: AtomicU64,
+    class_of: DashMap<u64, (u64, ClassId)>,
+    /// The mode new targets get when they name none.
+    pub target_mode: Mode,
+}
+
+#[derive(Serialize)]
+pub struct TargetInfo {
+    pub path: String,
+    pub inode: u64,
+    pub class: ClassId,
+    #[serde(flatten)]
+    pub setting: TargetSetting,
+    pub from_config: bool,
+    pub occupancy_lines: u64,
+    pub dirty_lines: u64,
+}
+
+fn mode_of(name: &str) -> Result<Mode> {
+    Mode::parse(name).ok_or_else(|| Error::Usage(format!("unknown cache mode \"{name}\"")))
+}
+
+impl Caching {
+    /// Opens the cache a config describes in front of `volume`; after a crash its dirty lines
+    /// are written back before anything else happens.
+    pub fn open(
+        config: &mountcfg::Config,
+        section: &mountcfg::CacheSection,
+        volume: Arc<Volume>,
+        ns: &Namespace,
+        reset: bool,
+    ) -> Result<Caching> {
+        let target_mode = mode_of(&section.mode)?;
+        let policy = Policy {
+            seq_cutoff: match section.seq_cutoff.as_str() {
+                "always" => SeqCutoff::Always,
+                "never" => SeqCutoff::Never,
+                _ => SeqCutoff::Full,
+            },
+            seq_threshold: section.seq_threshold,
+            promotion: section
+                .promotion_hits
+                .map_or(Promotion::Always, Promotion::Nhit),
+            staleness: section.staleness,
+            wake_up: section.wake_up,
+            batch: section.batch,
+            dirty_high: section.dirty_high,
+        };
+        let cfg = CacheConfig {
+            store: match &section.store {
+                mountcfg::CacheStore::Ram => StoreKind::Ram,
+                mountcfg::CacheStore::File(p) => StoreKind::File(p.clone()),
+            },
+            size: section.size,
+            line_size: section.line_size,
+            default_mode: if section.default_all {
+                target_mode
+            } else {
+                Mode::Pt
+            },
+            policy,
+            volume: *volume.uuid().as_bytes(),
+            reset,
+        };
+        let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
+        let (inodes, _) = ns.snapshot();
+        let sizes: HashMap<u64, u64> = inodes
+            .iter()
+            .filter(|i| i.kind == Kind::File)
+            .map(|i| (i.object, i.size))
+            .collect();
+        let recovered = cache
+            .recover(&|object| sizes.get(&object).copied())
+            .map_err(|e| Error::Usage(format!("writing back the cache's dirty lines: {e}")))?;
+        if recovered > 0 {
+            log::warn!("wrote back {recovered} dirty cache lines left by an unclean stop");
+        }
+        let caching = Caching {
+            cache,
+            cleaner: Mutex::new(None),
+            targets: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            class_of: DashMap::new(),
+            target_mode,
+        };
+        for (dir, value) in ns.internal(TARGET_KEY) {
+            match TargetSetting::parse(&String::from_utf8_lossy(&value), target_mode) {
+                Ok(setting) => caching.set_target(ns, dir, setting, false)?,
+                Err(e) => log::warn!("ignoring the damaged cache target of directory {dir}: {e}"),
+            }
+        }
+        for t in &section.targets {
+            let dir = ensure_dir(ns, &t.path).map_err(|e| {
+                Error::Usage(format!(
+                    "{}:{}: cache.target.path: path = \"{}\": {e}",
+                    config.source.display(),
+                    t.line,
+                    t.path
+                ))
+            })?;
+            let setting = TargetSetting {
+                mode: mode_of(&t.mode)?,
+                priority: t.priority,
+                allocation: t.allocation,
+                pinned: t.pinned,
+            };
+            caching.set_target(ns, dir, setting, true)?;
+        }
+        *caching.cleaner.lock() = Some(caching.cache.start_cleaner());
+        Ok(caching)
+    }
+
+    /// The class of a file: its nearest targeted ancestor's, else the default.
+    pub fn class_of(&self, ns: &Namespace, ino: u64) -> ClassId {
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some(c) = self.class_of.get(&ino) {
+            if c.0 == generation {
+                return c.1;
+            }
+        }
+        let targets = self.targets.read();
+        let mut class = cache::DEFAULT_CLASS;
+        let mut at = ns.get(ino).map(|i| i.parent).unwrap_or(ROOT);
+        for _ in 0..4096 {
+            if let Some(t) = targets.get(&at) {
+                class = t.class;
+                break;
+            }
+            match ns.get(at) {
+                Ok(d) if d.parent != at => at = d.parent,
+                _ => break,
+            }
+        }
+        self.class_of.insert(ino, (generation, class));
+        class
+    }
+
+    /// Something moved in the tree: classes are worked out afresh.
+    pub fn tree_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Makes `dir` a target (or changes it). Live targets are persisted on the directory.
+    pub fn set_target(
+        &self,
+        ns: &Namespace,
+        dir: u64,
+        setting: TargetSetting,
+        from_config: bool,
+    ) -> Result<()> {
+        if ns.get(dir)?.kind != Kind::Dir {
+            return errno(libc::ENOTDIR);
+        }
+        let existing = self.targets.read().get(&dir).map(|t| t.class);
+        let name = format!("dir {dir}");
+        match existing {
+            Some(class) => self
+                .cache
+                .set_class(class, setting.class(name))
+                .map_err(|e| Error::Usage(format!("changing target {dir}: {e}")))?,
+            None => {
+                let class = self.cache.add_class(setting.class(name));
+                self.targets.write().insert(
+                    dir,
+                    Target {
+                        class,
+                        setting: setting.clone(),
+                        from_config,
+                    },
+                );
+            }
+        }
+        if let Some(t) = self.targets.write().get_mut(&dir) {
+            t.setting = setting.clone();
+            t.from_config = from_config;
+        }
+        if !from_config {
+            ns.set_internal(dir, TARGET_KEY, Some(setting.format().as_bytes()))?;
+        }
+        self.tree_changed();
+        Ok(())
+    }
+
+    /// Removes the target on `dir`: its dirty lines are written back first.
+    pub fn remove_target(&self, ns: &Namespace, dir: u64) -> Result<()> {
+        let Some(class) = self.targets.read().get(&dir).map(|t| t.class) else {
+            return errno(libc::ENODATA);
+        };
+        self.cache
+            .remove_class(class)
+            .map_err(|e| Error::Usage(format!("removing target {dir}: {e}")))?;
+        self.targets.write().remove(&dir);
+        if ns.get(dir).is_ok() {
+            ns.set_internal(dir, TARGET_KEY, None)?;
+        }
+        self.tree_changed();
+        Ok(())
+    }
+
+    pub fn target(&self, dir: u64) -> Option<TargetSetting> {
+        self.targets.read().get(&dir).map(|t| t.setting.clone())
+    }
+
+    pub fn is_target(&self, dir: u64) -> bool {
+        self.targets.read().contains_key(&dir)
+    }
+
+    /// The volume default's mode (files outside every target).
+    pub fn set_default_mode(&self, mode: Mode) -> Result<()> {
+        let mut cfg = self
+            .cache
+            .class(cache::DEFAULT_CLASS)
+            .ok_or_else(|| Error::Usage("no default class".into()))?;
+        cfg.mode = mode;
+        self.cache
+            .set_class(cache::DEFAULT_CLASS, cfg)
+            .map_err(|e| Error::Usage(format!("changing the mode: {e}")))
+    }
+
+    pub fn targets(&self, ns: &Namespace) -> Vec<TargetInfo> {
+        let stats = self.cache.stats();
+        let mut out: Vec<TargetInfo> = self
+            .targets
+            .read()
+            .iter()
+            .map(|(&dir, t)| {
+                let class = stats.classes.iter().find(|c| c.id == t.class);
+                TargetInfo {
+                    path: path_of(ns, dir),
+                    inode: dir,
+                    class: t.class,
+                    setting: t.setting.clone(),
+                    from_config: t.from_config,
+                    occupancy_lines: class.map_or(0, |c| c.occupancy_lines),
+                    dirty_lines: class.map_or(0, |c| c.dirty_lines),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
+    }
+
+    /// Unmount: the cleaner stops and every dirty line is written back.
+    pub fn shutdown(&self) -> Result<()> {
+        let r = self.cache.shutdown();
+        if let Some(h) = self.cleaner.lock().take() {
+            let _ = h.join();
+        }
+        r.map_err(|e| Error::Usage(format!("writing back the cache: {e}")))
+    }
+}
+
+/// A directory's path from the volume root.
+pub fn path_of(ns: &Namespace, mut ino: u64) -> String {
+    let mut names = Vec::new();
+    for _ in 0..4096 {
+        if ino == ROOT {
+            break;
+        }
+        let Ok(i) = ns.get(ino) else { break };
+        match ns.name_in(i.parent, ino) {
+            Some(n) => names.push(String::from_utf8_lossy(&n).into_owned()),
+            None => {
+                names.push(format!("<inode {ino}>"));
+                break;
+            }
+        }
+        ino = i.parent;
+    }
+    names.reverse();
+    format!("/{}", names.join("/"))
+}
+
+/// The directory at `path` (from the root), made if missing, as `mkdir -p` would.
+fn ensure_dir(ns: &Namespace, path: &str) -> std::result::Result<u64, String> {
+    let mut at = ROOT;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at = match ns.lookup(at, part.as_bytes()) {
+            Ok(i) if i.kind == Kind::Dir => i.ino,
+            Ok(_) => return Err(format!("{part} is not a directory")),
+            Err(_) => {
+                log::info!("creating the target folder {path}");
+                let node = crate::namespace::NewNode {
+                    kind: Kind::Dir,
+                    perm: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    symlink: b"",
+                };
+                let layout = stripe::Layout::new(65536, 1, 0);
+                ns.create(at, part.as_bytes(), node, layout, 1)
+                    .map_err(|e| e.to_string())?
+                    .ino
+            }
+        };
+    }
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_settings_parse_and_print() {
+        let t =
+            TargetSetting::parse("mode=wb priority=2 allocation=0.5 pinned=1", Mode::Wt).unwrap();
+        assert_eq!(t.mode, Mode::Wb);
+        assert_eq!((t.priority, t.allocation, t.pinned), (2, 0.5, true));
+        assert_eq!(TargetSetting::parse(&t.format(), Mode::Wt).unwrap(), t);
+        assert_eq!(
+            TargetSetting::parse("pinned", Mode::Wa).unwrap().mode,
+            Mode::Wa
+        );
+        for bad in [
+            "mode=fast",
+            "priority=300",
+            "allocation=0",
+            "allocation=2",
+            "colour=red",
+            "",
+            "pinned=maybe",
+        ] {
+            assert!(TargetSetting::parse(bad, Mode::Wt).is_err(), "{bad}");
+        }
+    }
+}
