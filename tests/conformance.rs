@@ -39,8 +39,21 @@ fn summary(text: &str) -> Option<(u32, u32, u32)> {
     Some((num(" failed")?, num(" skipped")?, num(" passed")?))
 }
 
+/// A small write-back cache that must evict and clean all the time.
+const TINY_WB_CACHE: &str = "[cache]\nsize = \"256K\"\nline_size = \"16K\"\nmode = \"wb\"\n\
+    [cache.cleaner]\nstaleness = \"100ms\"\nwake_up = \"50ms\"\ndirty_high = 0.5\n";
+
 #[test]
 fn pjdfstest_has_no_failures() {
+    pjdfstest_on("");
+}
+
+#[test]
+fn pjdfstest_has_no_failures_with_a_write_back_cache() {
+    pjdfstest_on(TINY_WB_CACHE);
+}
+
+fn pjdfstest_on(extra: &str) {
     let pjdfstest = tool("pjdfstest");
     for user in ["tests", "nobody"] {
         let known = Command::new("id")
@@ -53,7 +66,7 @@ fn pjdfstest_has_no_failures() {
             "user {user} is missing: scripts/test.sh creates it"
         );
     }
-    let mut v = TestVolume::new(3, "8K", "[mount]\nallow_other = true\n");
+    let mut v = TestVolume::new(3, "8K", &format!("[mount]\nallow_other = true\n{extra}"));
     v.mount();
     let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/pjdfstest.toml");
     let out = run_with_timeout(
@@ -73,7 +86,10 @@ fn pjdfstest_has_no_failures() {
         .collect();
     let (failed, skipped, passed) =
         summary(&text).unwrap_or_else(|| panic!("no summary in:\n{text}"));
-    eprintln!("pjdfstest: {failed} failed, {skipped} skipped, {passed} passed");
+    eprintln!(
+        "pjdfstest{}: {failed} failed, {skipped} skipped, {passed} passed",
+        if extra.is_empty() { "" } else { " (cache)" }
+    );
     assert_eq!(failed, 0, "pjdfstest failures:\n{}", failures.join("\n"));
     // The same config on ext4 here: 0 failed, 15 skipped, 383 passed. The one more skip is
     // link::link_count_max: glibc knows no LINK_MAX for FUSE.
@@ -82,8 +98,17 @@ fn pjdfstest_has_no_failures() {
 
 #[test]
 fn fsx_runs_100k_operations_without_a_miscompare() {
+    fsx_on("");
+}
+
+#[test]
+fn fsx_runs_100k_operations_over_a_tiny_write_back_cache() {
+    fsx_on(TINY_WB_CACHE);
+}
+
+fn fsx_on(extra: &str) {
     let fsx = tool("fsx");
-    let mut v = TestVolume::new(3, "8K", "");
+    let mut v = TestVolume::new(3, "8K", extra);
     v.mount();
     let out = run_with_timeout(
         Command::new(fsx)

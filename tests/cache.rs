@@ -1,0 +1,292 @@
+//! The cache on mounted volumes: folder targets and their modes seen in the stats, targets
+//! following renames, live control, write-back durability and unmount write-back.
+
+mod common;
+
+use common::*;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+fn stats(v: &TestVolume) -> serde_json::Value {
+    serde_json::from_str(&stripefs_ok(&["stats", v.mnt_str(), "--json"])).unwrap()
+}
+
+fn class<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    stats["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str().unwrap_or("").contains(name))
+        .unwrap_or_else(|| panic!("no class {name} in {stats}"))
+}
+
+fn file_ino(p: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap())
+}
+
+/// Bytes of an object on the devices (all devices' object files, concatenated sizes).
+fn bytes_on_devices(v: &TestVolume, object: u64) -> u64 {
+    (0..v.devices.len())
+        .filter_map(|d| fs::metadata(v.object(d, object)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn targets_decide_the_mode_and_the_stats_show_it() {
+    let cache = "[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wt\"\ndefault = \"targets\"\n\
+                 [[cache.target]]\npath = \"/vm\"\nmode = \"wb\"\n";
+    let mut v = TestVolume::new(2, "64K", cache);
+    v.mount();
+    assert!(
+        v.path("vm").is_dir(),
+        "a config target's folder is made at mount"
+    );
+    fs::create_dir(v.path("backup")).unwrap();
+    let data = Rng::new(1).bytes(1 << 20);
+    fs::write(v.path("vm/disk.img"), &data).unwrap();
+    fs::write(v.path("backup/dump"), &data).unwrap();
+    let s = stats(&v);
+    let vm = class(&s, "dir");
+    assert_eq!(vm["mode"], "wb");
+    assert_eq!(vm["dirty_lines"], 16, "1 MiB in 64K lines, all dirty: {vm}");
+    // The backup folder is no target: the default class passes it through to the devices.
+    let default = class(&s, "default");
+    assert_eq!(default["mode"], "pt");
+    assert!(
+        default["counters"]["pass_through_writes"].as_u64().unwrap() > 0,
+        "{default}"
+    );
+    assert_eq!(
+        bytes_on_devices(&v, file_ino(&v.path("backup/dump"))),
+        1 << 20
+    );
+    assert_eq!(
+        bytes_on_devices(&v, file_ino(&v.path("vm/disk.img"))),
+        0,
+        "write-back: not yet"
+    );
+    // Reads of the cached file hit.
+    assert_eq!(fs::read(v.path("vm/disk.img")).unwrap(), data);
+    // A live target on backup: write-through from now on.
+    stripefs_ok(&[
+        "target",
+        "add",
+        v.path("backup").to_str().unwrap(),
+        "--mode",
+        "wt",
+        "--priority",
+        "3",
+        "--allocation",
+        "0.5",
+    ]);
+    let got =
+        String::from_utf8(getxattr(&v.path("backup"), "user.stripefs.cache").unwrap()).unwrap();
+    assert_eq!(got, "mode=wt priority=3 allocation=0.5 pinned=0");
+    fs::write(v.path("backup/second"), &data).unwrap();
+    let s = stats(&v);
+    let backup = s["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mode"] == "wt")
+        .unwrap();
+    assert!(backup["occupancy_lines"].as_u64().unwrap() > 0, "{backup}");
+    assert_eq!(
+        bytes_on_devices(&v, file_ino(&v.path("backup/second"))),
+        1 << 20,
+        "write-through reached the devices"
+    );
+    // A renamed folder keeps its target.
+    fs::rename(v.path("vm"), v.path("images")).unwrap();
+    let list: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["target", "ls", v.mnt_str(), "--json"])).unwrap();
+    let paths: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/backup", "/images"]);
+    fs::write(v.path("images/new.img"), b"after the rename").unwrap();
+    assert_eq!(
+        bytes_on_devices(&v, file_ino(&v.path("images/new.img"))),
+        0,
+        "still write-back"
+    );
+    // Removing the wb target writes its dirty lines back; the folder follows the default.
+    let dirty_before = stats(&v)["dirty_lines"].as_u64().unwrap();
+    assert!(dirty_before > 0);
+    fs::remove_dir(v.path("images")).unwrap_err(); // not empty: stays
+    stripefs_ok(&["target", "rm", v.path("images").to_str().unwrap()]);
+    assert_eq!(stats(&v)["dirty_lines"], 0);
+    assert_eq!(
+        bytes_on_devices(&v, file_ino(&v.path("images/disk.img"))),
+        1 << 20
+    );
+    assert_eq!(fs::read(v.path("images/disk.img")).unwrap(), data);
+    // The live target is still there after a remount; the config one comes back at /vm.
+    v.remount();
+    let list: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["target", "ls", v.mnt_str(), "--json"])).unwrap();
+    let paths: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/backup", "/vm"]);
+}
+
+#[test]
+fn control_xattrs_refuse_bad_values_and_unknown_keys() {
+    let mut v = TestVolume::new(1, "64K", "[cache]\nsize = \"4M\"\nmode = \"wb\"\n");
+    v.mount();
+    fs::create_dir(v.path("d")).unwrap();
+    for bad in [&b"mode=fast"[..], b"allocation=2", b"colour=red", b""] {
+        let e = setxattr(&v.path("d"), "user.stripefs.cache", bad).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{bad:?}");
+    }
+    assert_eq!(
+        getxattr(&v.path("d"), "user.stripefs.cache")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    assert_eq!(
+        getxattr(&v.mnt, "user.stripefs.bogus")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    assert_eq!(
+        setxattr(&v.mnt, "user.stripefs.stats", b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        setxattr(&v.mnt, "user.stripefs.mode", b"turbo")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    // Nothing changed.
+    assert_eq!(getxattr(&v.mnt, "user.stripefs.mode").unwrap(), b"wb");
+    setxattr(&v.mnt, "user.stripefs.mode", b"write-through").unwrap();
+    assert_eq!(getxattr(&v.mnt, "user.stripefs.mode").unwrap(), b"wt");
+    let out = stripefs_ok(&["mode", v.mnt_str(), "wa"]);
+    assert!(out.contains("default cache mode wa"), "{out}");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&getxattr(&v.mnt, "user.stripefs.stats").unwrap()).unwrap();
+    assert_eq!(stats["default_mode"], "wa");
+    let human = stripefs_ok(&["stats", v.mnt_str()]);
+    assert!(
+        human.contains("Usage statistics") && human.contains("read hits"),
+        "{human}"
+    );
+    // A volume without a cache says so.
+    let mut plain = TestVolume::new(1, "64K", "");
+    plain.mount();
+    let out = stripefs(&["stats", plain.mnt_str()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no cache"));
+}
+
+#[test]
+fn ram_write_back_is_written_back_by_fsync_and_by_unmount() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[cache]\nsize = \"8M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
+    );
+    v.mount();
+    let data = Rng::new(5).bytes(600_000);
+    let f = File::create(v.path("a")).unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    let ino = file_ino(&v.path("a"));
+    assert_eq!(bytes_on_devices(&v, ino), 0);
+    f.sync_all().unwrap();
+    drop(f);
+    assert!(
+        bytes_on_devices(&v, ino) >= 600_000,
+        "fsync wrote the lines back"
+    );
+    fs::write(v.path("b"), &data).unwrap();
+    let ino_b = file_ino(&v.path("b"));
+    assert_eq!(bytes_on_devices(&v, ino_b), 0);
+    v.umount();
+    assert!(
+        bytes_on_devices(&v, ino_b) >= 600_000,
+        "unmount wrote every dirty line back"
+    );
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    v.mount();
+    assert_eq!(fs::read(v.path("b")).unwrap(), data);
+}
+
+#[test]
+fn file_store_write_back_survives_sigkill_after_fsync() {
+    let mut v = TestVolume::new(2, "64K", "");
+    let ssd = v.root.path().join("ssd");
+    fs::create_dir(&ssd).unwrap();
+    let cfg = fs::read_to_string(&v.config).unwrap()
+        + &format!(
+            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
+            ssd.display()
+        );
+    fs::write(&v.config, cfg).unwrap();
+    v.mount();
+    let mut rng = Rng::new(11);
+    let mut files = Vec::new();
+    for i in 0..5 {
+        let len = 10_000 + rng.below(300_000) as usize;
+        let data = rng.bytes(len);
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(v.path(&format!("f{i}")))
+            .unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        files.push((format!("f{i}"), data, file_ino(&v.path(&format!("f{i}")))));
+    }
+    // Acknowledged, but only in the cache: nothing on the devices yet.
+    for (_, _, ino) in &files {
+        assert_eq!(bytes_on_devices(&v, *ino), 0);
+    }
+    v.crash();
+    v.mount();
+    for (name, data, _) in &files {
+        assert_eq!(&fs::read(v.path(name)).unwrap(), data, "{name}");
+    }
+    v.umount();
+    // The remount found the dirty lines and wrote them back.
+    for (_, data, ino) in &files {
+        assert!(bytes_on_devices(&v, *ino) >= data.len() as u64);
+    }
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Another volume's cache file is refused, and --cache-reset discards it.
+    let mut other = TestVolume::new(1, "64K", "");
+    let other_cfg = fs::read_to_string(&other.config).unwrap()
+        + &format!(
+            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\n",
+            ssd.display()
+        );
+    fs::write(&other.config, other_cfg).unwrap();
+    let out = stripefs(&["mount", other.cfg(), other.mnt_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to another volume"));
+    other.mount_with(&["--cache-reset"]);
+}
