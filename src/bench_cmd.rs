@@ -16,9 +16,9 @@ pub struct BenchOpts {
     /// cdm8 (CrystalDiskMark 8's set), cdm6, or custom:rw=randread,bs=16K,qd=4,threads=2
     #[arg(long, global = true, default_value = "cdm8")]
     pub profile: String,
-    /// Test file size
-    #[arg(long, global = true, default_value = "1G")]
-    pub size: String,
+    /// Test file size [default: 1G; presets choose their own]
+    #[arg(long, global = true)]
+    pub size: Option<String>,
     /// Duration of each test
     #[arg(long, global = true, default_value = "5s")]
     pub duration: String,
@@ -58,14 +58,16 @@ pub enum BenchAction {
         /// Devices per file; widths above the device count are skipped
         #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
         widths: Vec<u32>,
-        /// Cache setups; only "none" until the cache engine lands
+        /// Cache setups: none, ram:MODE[:SIZE], file:MODE:DIR[:SIZE] (SIZE defaults to twice
+        /// the test file, so the working set fits as in Intel's CAS runs)
         #[arg(long, value_delimiter = ',', default_value = "none")]
         cache: Vec<String>,
         /// Make every device behave like hdd-5400, sata-ssd, nvme or sata-port
         #[arg(long)]
         emulate: Option<String>,
     },
-    /// Reproduce a seed experiment: raidcard (RAM disks on emulated SATA ports)
+    /// Reproduce a seed experiment: cas (an emulated HDD behind an emulated SATA SSD or NVMe
+    /// cache) or raidcard (RAM disks on emulated SATA ports)
     Preset {
         name: String,
         /// Where the preset's RAM disk is mounted
@@ -82,8 +84,9 @@ struct Plan {
 
 fn plan(opts: &BenchOpts) -> Result<Plan> {
     let jobs = profile::parse(&opts.profile).map_err(Error::Usage)?;
-    let size = mountcfg::parse_size(&opts.size)
-        .map_err(|e| Error::Usage(format!("--size {}: {e}", opts.size)))?;
+    let text = opts.size.as_deref().unwrap_or("1G");
+    let size =
+        mountcfg::parse_size(text).map_err(|e| Error::Usage(format!("--size {text}: {e}")))?;
     if size < 1 << 20 {
         return Err(Error::Usage("--size must be at least 1M".into()));
     }
@@ -242,15 +245,11 @@ struct SweepVolume {
 }
 
 impl SweepVolume {
-    fn build(
-        devices: &[PathBuf],
-        tag: &str,
-        stripe: u32,
-        width: u32,
-        emulate: Option<&str>,
-    ) -> Result<SweepVolume> {
+    fn build(c: &Config, tag: &str, test_size: u64) -> Result<SweepVolume> {
+        let (stripe, width, emulate) = (c.stripe, c.width, c.emulate.as_deref());
         let io = |p: &Path, e: std::io::Error| Error::Usage(format!("{}: {e}", p.display()));
-        let dirs: Vec<PathBuf> = devices
+        let dirs: Vec<PathBuf> = c
+            .devices
             .iter()
             .map(|d| d.join(format!("stripefs-sweep-{tag}")))
             .collect();
@@ -277,6 +276,23 @@ impl SweepVolume {
             text.push_str(&format!(
                 "[[volume.emulate]]\ndevice = \"all\"\nprofile = \"{profile}\"\n"
             ));
+        }
+        if let Some(cache) = &c.cache {
+            let size = cache.size.unwrap_or(2 * test_size).max(1 << 20);
+            text.push_str(&format!(
+                "[cache]\nsize = {size}\nline_size = \"64K\"\nmode = \"{}\"\n",
+                cache.mode
+            ));
+            if let Some(dir) = &cache.dir {
+                let own = dir.join(format!("stripefs-sweep-cache-{tag}"));
+                let _ = std::fs::remove_dir_all(&own);
+                std::fs::create_dir_all(&own).map_err(|e| io(&own, e))?;
+                text.push_str(&format!("store = \"file\"\npath = \"{}\"\n", own.display()));
+                v.dirs.push(own);
+            }
+            if let Some(e) = &cache.emulate {
+                text.push_str(&format!("emulate = \"{e}\"\n"));
+            }
         }
         let cfg = v.dirs[0].join("sweep.toml");
         std::fs::write(&cfg, text).map_err(|e| io(&cfg, e))?;
@@ -333,6 +349,73 @@ struct Config {
     stripe: u32,
     width: u32,
     emulate: Option<String>,
+    cache: Option<CacheSetup>,
+}
+
+/// A cache for a sweep configuration: `ram:wb`, `file:wb:/ssd`, with an optional size.
+#[derive(Clone, Debug, PartialEq)]
+struct CacheSetup {
+    mode: String,
+    /// File store in this directory; RAM when None.
+    dir: Option<PathBuf>,
+    size: Option<u64>,
+    /// The cache device's model (presets).
+    emulate: Option<String>,
+}
+
+impl CacheSetup {
+    fn parse(spec: &str) -> Result<Option<CacheSetup>> {
+        if spec == "none" {
+            return Ok(None);
+        }
+        let bad = |why: &str| {
+            Error::Usage(format!(
+                "--cache {spec}: {why} (none, ram:MODE[:SIZE], file:MODE:DIR[:SIZE])"
+            ))
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        let mode = parts.get(1).copied().ok_or_else(|| bad("no mode"))?;
+        if cache::Mode::parse(mode).is_none() {
+            return Err(bad("the mode must be wt, wb, wa, wi, wo or pt"));
+        }
+        let size = |s: Option<&&str>| -> Result<Option<u64>> {
+            s.map(|s| mountcfg::parse_size(s).map_err(|e| bad(&e)))
+                .transpose()
+        };
+        match parts[0] {
+            "ram" if parts.len() <= 3 => Ok(Some(CacheSetup {
+                mode: mode.into(),
+                dir: None,
+                size: size(parts.get(2))?,
+                emulate: None,
+            })),
+            "file" if (3..=4).contains(&parts.len()) => {
+                let dir = PathBuf::from(parts[2]);
+                if !dir.is_dir() {
+                    return Err(bad(&format!("{} is not a directory", dir.display())));
+                }
+                Ok(Some(CacheSetup {
+                    mode: mode.into(),
+                    dir: Some(dir),
+                    size: size(parts.get(3))?,
+                    emulate: None,
+                }))
+            }
+            _ => Err(bad("unknown form")),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "{}:{}{}",
+            if self.dir.is_some() { "file" } else { "ram" },
+            self.mode,
+            self.emulate
+                .as_ref()
+                .map(|e| format!(" on {e}"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 fn parse_stripes(list: &[String]) -> Result<Vec<u32>> {
@@ -361,7 +444,7 @@ fn check_emulate(emulate: &Option<String>) -> Result<()> {
 }
 
 /// Measures the baseline (one backing directory, no FUSE) and then every configuration.
-fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> Result<()> {
+fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> Result<Report> {
     let ctx = Ctx::new(plan.tests() * (configs.len() as u64 + 1))?;
     let result = (|| -> Result<Report> {
         let dir = base_dir.join(format!("stripefs-baseline-{}", std::process::id()));
@@ -379,11 +462,28 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
         let mut targets = Vec::new();
         for (k, c) in configs.iter().enumerate() {
             let tag = format!("{}-{k}", std::process::id());
-            let volume =
-                SweepVolume::build(&c.devices, &tag, c.stripe, c.width, c.emulate.as_deref())?;
+            let volume = SweepVolume::build(c, &tag, plan.spec.size)?;
+            let cache = c
+                .cache
+                .as_ref()
+                .map_or("none".to_string(), CacheSetup::label);
+            let mut emulated: Vec<String> = c
+                .emulate
+                .as_deref()
+                .and_then(stripe::DeviceModel::profile)
+                .map(|m| vec![format!("all devices: {}", m.describe())])
+                .unwrap_or_default();
+            if let Some(m) = c
+                .cache
+                .as_ref()
+                .and_then(|c| c.emulate.as_deref())
+                .and_then(stripe::DeviceModel::profile)
+            {
+                emulated.push(format!("cache device: {}", m.describe()));
+            }
             let mut t = Target {
                 label: format!(
-                    "{} devices, stripe {}, width {}, cache none{}",
+                    "{} devices, stripe {}, width {}, cache {cache}{}",
                     c.devices.len(),
                     mountcfg::format_size(c.stripe as u64),
                     c.width,
@@ -396,13 +496,8 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
                 devices: Some(c.devices.len()),
                 stripe_size: Some(c.stripe),
                 width: Some(c.width),
-                cache: Some("none".into()),
-                emulated: c
-                    .emulate
-                    .as_deref()
-                    .and_then(stripe::DeviceModel::profile)
-                    .map(|m| vec![format!("all devices: {}", m.describe())])
-                    .unwrap_or_default(),
+                cache: Some(cache),
+                emulated,
                 results: Vec::new(),
             };
             plan.measure(&volume.mnt, &mut t, &ctx)?;
@@ -414,7 +509,9 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
         Ok(plan.report(Some(baseline), targets))
     })();
     ctx.bar.finish_and_clear();
-    plan.output(&result?, Some(chart))
+    let report = result?;
+    plan.output(&report, Some(chart))?;
+    Ok(report)
 }
 
 pub fn sweep(
@@ -426,12 +523,10 @@ pub fn sweep(
     emulate: Option<String>,
 ) -> Result<()> {
     let plan = plan(opts)?;
-    if let Some(c) = cache.iter().find(|c| c.as_str() != "none") {
-        return Err(Error::Usage(format!(
-            "--cache {c}: cached configurations need the cache engine, which is not built yet; \
-             use --cache none"
-        )));
-    }
+    let caches: Vec<Option<CacheSetup>> = cache
+        .iter()
+        .map(|c| CacheSetup::parse(c))
+        .collect::<Result<_>>()?;
     check_emulate(&emulate)?;
     for d in devices {
         if !d.is_dir() {
@@ -448,13 +543,16 @@ pub fn sweep(
             eprintln!("width {w} skipped: {} devices given", devices.len());
             continue;
         }
-        for &s in &stripes {
-            configs.push(Config {
-                devices: devices[..w as usize].to_vec(),
-                stripe: s,
-                width: w,
-                emulate: emulate.clone(),
-            });
+        for cache in &caches {
+            for &s in &stripes {
+                configs.push(Config {
+                    devices: devices[..w as usize].to_vec(),
+                    stripe: s,
+                    width: w,
+                    emulate: emulate.clone(),
+                    cache: cache.clone(),
+                });
+            }
         }
     }
     if configs.is_empty() {
@@ -466,17 +564,104 @@ pub fn sweep(
         &configs,
         Path::new("stripefs-sweep.svg"),
     )
+    .map(|_| ())
 }
 
 /// The seeds' RAM-disk RAID-0 experiment: tmpfs devices on emulated 175/146 MB/s SATA ports,
 /// 4 and 8 of them, stripes 8K/64K/256K, test files of 100 MB and 1000 MB.
 pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
-    if name != "raidcard" {
-        return Err(Error::Usage(format!(
-            "unknown preset \"{name}\": raidcard (the Intel CAS preset needs the cache engine, \
-             not built yet)"
-        )));
+    match name {
+        "raidcard" => raidcard(opts, dir),
+        "cas" => cas(opts, dir),
+        _ => Err(Error::Usage(format!(
+            "unknown preset \"{name}\": cas or raidcard"
+        ))),
     }
+}
+
+/// The seeds' Intel CAS table: speedups of a SATA SSD and an NVMe cache (write-back) over a
+/// 5400 rpm HDD, in CrystalDiskMark 6's tests (Seq, RND4K Q8T8, Q32T1, Q1T1; read, write).
+const CAS_SEEDS: [(&str, &str, f64, f64); 8] = [
+    ("SEQ128K Q32T1", "read", 7.0, 22.0),
+    ("SEQ128K Q32T1", "write", 5.0, 11.0),
+    ("RND4K Q8T8", "read", 268.0, 648.0),
+    ("RND4K Q8T8", "write", 192.0, 729.0),
+    ("RND4K Q32T1", "read", 189.0, 265.0),
+    ("RND4K Q32T1", "write", 185.0, 236.0),
+    ("RND4K Q1T1", "read", 51.0, 68.0),
+    ("RND4K Q1T1", "write", 48.0, 90.0),
+];
+
+/// An emulated HDD core with no cache, then with a write-back cache on an emulated SATA SSD
+/// and on an emulated NVMe; CDM6's tests; the speedups beside the seeds'.
+fn cas(opts: &BenchOpts, dir: &Path) -> Result<()> {
+    let mut opts = opts.clone();
+    if opts.profile == "cdm8" {
+        opts.profile = "cdm6".into();
+    }
+    opts.size.get_or_insert_with(|| "256M".into());
+    let plan = plan(&opts)?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
+    let ram = RamDisk::mount(dir, "4G")?;
+    let core = ram.dir.join("hdd");
+    let ssd = ram.dir.join("ssd");
+    for d in [&core, &ssd] {
+        std::fs::create_dir_all(d).map_err(|e| Error::Usage(format!("{}: {e}", d.display())))?;
+    }
+    let configs: Vec<Config> = [None, Some("sata-ssd"), Some("nvme")]
+        .iter()
+        .map(|cache_device| Config {
+            devices: vec![core.clone()],
+            stripe: 65536,
+            width: 1,
+            emulate: Some("hdd-5400".into()),
+            cache: cache_device.map(|d| CacheSetup {
+                mode: "wb".into(),
+                dir: Some(ssd.clone()),
+                size: None,
+                emulate: Some(d.into()),
+            }),
+        })
+        .collect();
+    eprintln!(
+        "cas preset: core {}; caches write-back on emulated sata-ssd and nvme ({} test file)",
+        stripe::DeviceModel::profile("hdd-5400")
+            .map(|m| m.describe())
+            .unwrap_or_default(),
+        bench::report::human(plan.spec.size)
+    );
+    let report = run_sweep(&plan, &core, &configs, Path::new("stripefs-cas.svg"))?;
+    if plan.opts.json || report.targets.len() < 3 {
+        return Ok(());
+    }
+    let value = |t: &Target, test: &str, dir: &str| {
+        t.results
+            .iter()
+            .find(|r| r.test == test && r.direction == dir)
+            .map(|r| r.median.mb_per_s)
+    };
+    let (none, sata, nvme) = (&report.targets[0], &report.targets[1], &report.targets[2]);
+    println!("\nIntel CAS experiment, EMULATED devices: speedup of a write-back cache over the HDD alone");
+    println!(
+        "{:<15} {:<5} {:>10} {:>12} {:>8} {:>7} {:>12} {:>8} {:>7}",
+        "test", "", "HDD MB/s", "SATA-SSD", "x", "seed", "NVMe", "x", "seed"
+    );
+    for (test, dir, seed_sata, seed_nvme) in CAS_SEEDS {
+        let base = value(none, test, dir).unwrap_or(0.0);
+        let cell = |t: &Target| {
+            let v = value(t, test, dir).unwrap_or(0.0);
+            (v, if base > 0.0 { v / base } else { 0.0 })
+        };
+        let (s, sx) = cell(sata);
+        let (n, nx) = cell(nvme);
+        println!(
+            "{test:<15} {dir:<5} {base:>10.1} {s:>12.1} {sx:>7.0}x {seed_sata:>6.0}x {n:>12.1} {nx:>7.0}x {seed_nvme:>6.0}x"
+        );
+    }
+    Ok(())
+}
+
+fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
     let ram = RamDisk::mount(dir, "6G")?;
     let devices: Vec<PathBuf> = (0..8).map(|i| ram.dir.join(format!("port{i}"))).collect();
@@ -484,29 +669,41 @@ pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(d).map_err(|e| Error::Usage(format!("{}: {e}", d.display())))?;
     }
     eprintln!(
-        "raidcard preset: RAM disks under {} on emulated SATA ports ({}); cache-on columns \
-         need the cache engine (not built yet)",
+        "raidcard preset: RAM disks under {} on emulated SATA ports ({}); cache off, and on \
+         (a RAM write-back cache)",
         ram.dir.display(),
         stripe::DeviceModel::profile("sata-port")
             .map(|m| m.describe())
             .unwrap_or_default()
     );
-    for size in ["100M", "1000M"] {
+    let sizes: Vec<String> = match &opts.size {
+        Some(s) => vec![s.clone()],
+        None => vec!["100M".into(), "1000M".into()],
+    };
+    for size in sizes {
         let mut sized = opts.clone();
-        sized.size = size.into();
+        sized.size = Some(size.clone());
         let plan = plan(&sized)?;
-        let configs: Vec<Config> = [4usize, 8]
-            .iter()
-            .flat_map(|&n| {
-                let devices = devices[..n].to_vec();
-                [8192u32, 65536, 262144].map(move |s| Config {
-                    devices: devices.clone(),
-                    stripe: s,
-                    width: n as u32,
-                    emulate: Some("sata-port".into()),
-                })
-            })
-            .collect();
+        let ram_wb = CacheSetup {
+            mode: "wb".into(),
+            dir: None,
+            size: None,
+            emulate: None,
+        };
+        let mut configs = Vec::new();
+        for cache in [None, Some(ram_wb)] {
+            for n in [4usize, 8] {
+                for stripe in [8192u32, 65536, 262144] {
+                    configs.push(Config {
+                        devices: devices[..n].to_vec(),
+                        stripe,
+                        width: n as u32,
+                        emulate: Some("sata-port".into()),
+                        cache: cache.clone(),
+                    });
+                }
+            }
+        }
         println!("\n##### raidcard, test size {size}");
         run_sweep(
             &plan,

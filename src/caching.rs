@@ -175,6 +175,14 @@ impl Caching {
             policy,
             volume: *volume.uuid().as_bytes(),
             reset,
+            throttle: match &section.emulate {
+                Some(name) => {
+                    let model = stripe::DeviceModel::profile(name)
+                        .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?;
+                    Some(Arc::new(stripe::Emulated::new(model)) as Arc<dyn cache::Throttle>)
+                }
+                None => None,
+            },
         };
         let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
         let (inodes, _) = ns.snapshot();

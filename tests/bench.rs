@@ -27,6 +27,8 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
         "8K,64K",
         "--widths",
         "2,4",
+        "--cache",
+        "none,ram:wb",
         "--size",
         "4M",
         "--duration",
@@ -50,15 +52,27 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
         "read and write"
     );
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 2);
-    let stripes: Vec<u64> = targets
+    assert_eq!(targets.len(), 4);
+    let shape: Vec<(u64, &str)> = targets
         .iter()
-        .map(|t| t["stripe_size"].as_u64().unwrap())
+        .map(|t| {
+            (
+                t["stripe_size"].as_u64().unwrap(),
+                t["cache"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(stripes, [8192, 65536]);
+    assert_eq!(
+        shape,
+        [
+            (8192, "none"),
+            (65536, "none"),
+            (8192, "ram:wb"),
+            (65536, "ram:wb")
+        ]
+    );
     for t in targets {
         assert_eq!(t["width"], 2);
-        assert_eq!(t["cache"], "none");
         for r in t["results"].as_array().unwrap() {
             assert!(r["median"]["ops"].as_u64().unwrap() > 0, "{r}");
             assert!(r["median"]["max_in_flight"].as_u64().unwrap() >= 1);
@@ -67,7 +81,7 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
     }
     let svg = fs::read_to_string(&chart).unwrap();
     assert!(svg.contains("<svg") && svg.contains("RND4K Q2T1"), "chart");
-    assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 1 + 2 + 4);
+    assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 1 + 2 + 8);
     // Each configuration was unmounted and its devices cleaned up.
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
     assert!(!mounts.contains("stripefs-sweep-mnt"), "{mounts}");
@@ -121,8 +135,19 @@ fn bench_refuses_bad_arguments() {
             "power of two",
         ),
         (
-            vec!["bench", "sweep", "--devices", "/tmp", "--cache", "ram:wb"],
-            "cache engine",
+            vec!["bench", "sweep", "--devices", "/tmp", "--cache", "ram:fast"],
+            "--cache ram:fast",
+        ),
+        (
+            vec![
+                "bench",
+                "sweep",
+                "--devices",
+                "/tmp",
+                "--cache",
+                "file:wb:/nonexistent",
+            ],
+            "not a directory",
         ),
         (
             vec!["bench", "sweep", "--devices", "/tmp", "--emulate", "floppy"],

@@ -19,7 +19,7 @@ pub enum StoreKind {
     File(PathBuf),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CacheConfig {
     pub store: StoreKind,
     pub size: u64,
@@ -30,6 +30,8 @@ pub struct CacheConfig {
     pub volume: [u8; 16],
     /// Discard an existing cache file (foreign, or made with other settings).
     pub reset: bool,
+    /// A model that makes the store behave like a slower device.
+    pub throttle: Option<Arc<dyn crate::Throttle>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,7 +168,7 @@ impl Cache {
                 cfg.size
             )));
         }
-        let (store, records) = match &cfg.store {
+        let (mut store, records) = match &cfg.store {
             StoreKind::Ram => (Store::ram(line, nslots)?, Vec::new()),
             StoreKind::File(p) => {
                 let path = if p.is_dir() {
@@ -216,6 +218,7 @@ impl Cache {
                 (store, records)
             }
         };
+        store.throttle = cfg.throttle.clone();
         let mut default = ClassConfig::new("default", cfg.default_mode);
         default.priority = 1;
         let mut inner = Inner {
@@ -1236,6 +1239,7 @@ impl Cache {
             .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
             .sum();
         CacheStats {
+            emulated: self.store.throttle.as_ref().map(|t| t.describe()),
             store: if self.store.persistent() {
                 "file"
             } else {

@@ -23,6 +23,14 @@ pub const SECTOR: u64 = 4096;
 pub type ClassId = u16;
 pub const DEFAULT_CLASS: ClassId = 0;
 
+/// Makes the cache store behave like a slower device (for experiments): books each I/O and
+/// says when the modelled device would have finished it.
+pub trait Throttle: Send + Sync {
+    fn book(&self, write: bool, offset: u64, len: u64) -> std::time::Instant;
+    /// For reports: what is being modelled.
+    fn describe(&self) -> String;
+}
+
 /// The core the cache sits in front of: object-addressed reads and writes.
 pub trait Backend: Send + Sync {
     /// Reads `buf.len()` bytes of `object` at `offset`; unwritten bytes read as zeros.

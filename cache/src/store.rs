@@ -35,6 +35,7 @@ pub struct Record {
 
 pub(crate) struct Store {
     file: File,
+    pub(crate) throttle: Option<std::sync::Arc<dyn crate::Throttle>>,
     pub(crate) path: Option<PathBuf>,
     line_size: u64,
     slots: u64,
@@ -59,6 +60,7 @@ impl Store {
         file.set_len(line_size * slots)?;
         Ok(Store {
             file,
+            throttle: None,
             path: None,
             line_size,
             slots,
@@ -83,6 +85,7 @@ impl Store {
         let data_start = HEADER + records_len(slots);
         let store = Store {
             file,
+            throttle: None,
             path: Some(path.to_path_buf()),
             line_size,
             slots,
@@ -180,11 +183,34 @@ impl Store {
     }
 
     pub(crate) fn read(&self, slot: u32, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.read_exact_at(buf, self.at(slot, offset))
+        let at = self.at(slot, offset);
+        let until = self
+            .throttle
+            .as_ref()
+            .map(|t| t.book(false, at, buf.len() as u64));
+        let r = self.file.read_exact_at(buf, at);
+        wait_until(until);
+        r
     }
 
     pub(crate) fn write(&self, slot: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, self.at(slot, offset))
+        let at = self.at(slot, offset);
+        let until = self
+            .throttle
+            .as_ref()
+            .map(|t| t.book(true, at, data.len() as u64));
+        let r = self.file.write_all_at(data, at);
+        wait_until(until);
+        r
+    }
+}
+
+fn wait_until(until: Option<std::time::Instant>) {
+    if let Some(t) = until {
+        let left = t.saturating_duration_since(std::time::Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
     }
 }
 

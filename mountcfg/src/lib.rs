@@ -85,6 +85,8 @@ pub struct CacheSection {
     /// None: always; Some(n): after n misses.
     pub promotion_hits: Option<u32>,
     pub targets: Vec<TargetSection>,
+    /// The cache device is made to behave like this profile (for experiments).
+    pub emulate: Option<String>,
 }
 
 /// A `[[cache.target]]`: a folder and how its files are cached.
@@ -214,6 +216,7 @@ struct RawCache {
     promotion: Option<RawPromotion>,
     #[serde(default)]
     target: Vec<Spanned<RawTarget>>,
+    emulate: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -890,7 +893,20 @@ fn validate_cache(
         seq_threshold: 1 << 20,
         promotion_hits: None,
         targets: Vec::new(),
+        emulate: None,
     };
+    if let Some(e) = raw.emulate {
+        let span = e.span();
+        let name = e.into_inner();
+        if name == "custom" || !EMULATION_PROFILES.contains(&name.as_str()) {
+            return Err(ctx.err(
+                span,
+                "cache.emulate",
+                format!("emulate = \"{name}\": must be one of hdd-5400, sata-ssd, nvme, sata-port"),
+            ));
+        }
+        section.emulate = Some(name);
+    }
     if let Some(c) = raw.cleaner {
         for (v, key, slot) in [
             (

@@ -116,14 +116,14 @@ impl ModelState {
 }
 
 /// A model applied to one real device, on the wall clock.
-pub(crate) struct Emulated {
-    pub(crate) model: DeviceModel,
+pub struct Emulated {
+    pub model: DeviceModel,
     state: Mutex<ModelState>,
     epoch: Instant,
 }
 
 impl Emulated {
-    pub(crate) fn new(model: DeviceModel) -> Emulated {
+    pub fn new(model: DeviceModel) -> Emulated {
         Emulated {
             state: Mutex::new(ModelState::new(&model)),
             model,
@@ -132,7 +132,7 @@ impl Emulated {
     }
 
     /// Books the I/O and returns when the emulated device would have finished it.
-    pub(crate) fn book(&self, write: bool, object: u64, offset: u64, len: u64) -> Instant {
+    pub fn book(&self, write: bool, object: u64, offset: u64, len: u64) -> Instant {
         let now = self.epoch.elapsed();
         let done = self
             .state
@@ -140,6 +140,17 @@ impl Emulated {
             .unwrap_or_else(|p| p.into_inner())
             .schedule(&self.model, now, write, object, offset, len);
         self.epoch + done
+    }
+}
+
+/// A cache store on an emulated fast device (one file: object 0).
+impl cache::Throttle for Emulated {
+    fn book(&self, write: bool, offset: u64, len: u64) -> Instant {
+        Emulated::book(self, write, 0, offset, len)
+    }
+
+    fn describe(&self) -> String {
+        self.model.describe()
     }
 }
 

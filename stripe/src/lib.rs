@@ -10,7 +10,7 @@ pub mod layout;
 mod volume;
 
 pub use device::{format, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
-pub use emulate::{DeviceModel, ModelState};
+pub use emulate::{DeviceModel, Emulated, ModelState};
 pub use error::{Result, StripeError};
 pub use layout::{Layout, SlotIo};
 pub use volume::{ObjectInfo, SpaceInfo, Volume};

@@ -73,6 +73,7 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         },
         volume: UUID,
         reset: false,
+        throttle: None,
     }
 }
 
