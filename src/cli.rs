@@ -603,21 +603,52 @@ fn read_stats(mountpoint: &Path) -> Result<serde_json::Value> {
 }
 
 fn stats(mountpoint: &Path, json: bool, watch: bool) -> Result<()> {
-    has_cache(mountpoint)?;
     loop {
-        let s = read_stats(mountpoint)?;
+        let status = xattr::volume_status(mountpoint)?;
+        let cache = if status["cache"].is_null() {
+            serde_json::Value::Null
+        } else {
+            read_stats(mountpoint)?
+        };
         if json {
-            println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+            let both = serde_json::json!({ "devices": status["devices"], "cache": cache });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&both).unwrap_or_default()
+            );
         } else {
             if watch {
                 print!("\x1b[2J\x1b[H");
             }
-            print_stats(&s);
+            print_device_health(&status);
+            if cache.is_null() {
+                println!("\n(no cache on this volume)");
+            } else {
+                print_stats(&cache);
+            }
         }
         if !watch {
             return Ok(());
         }
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn print_device_health(status: &serde_json::Value) {
+    println!(
+        "  #  {:<40} {:>7} {:>12} {:>12} {:>7}",
+        "device", "state", "read errors", "write errors", "faults"
+    );
+    for d in status["devices"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<2} {:<40} {:>7} {:>12} {:>12} {:>7}",
+            d["index"],
+            d["path"].as_str().unwrap_or("?"),
+            d["state"].as_str().unwrap_or("?"),
+            d["read_errors"].to_string(),
+            d["write_errors"].to_string(),
+            d["injected_faults"].to_string()
+        );
     }
 }
 
@@ -800,8 +831,12 @@ fn print_status(s: &serde_json::Value) {
     );
     for d in s["devices"].as_array().into_iter().flatten() {
         let h = |k: &str| human_bytes(d[k].as_u64().unwrap_or(0));
+        let state = match d["state"].as_str() {
+            Some("ok") | None => String::new(),
+            Some(s) => format!("{} ", s.to_uppercase()),
+        };
         println!(
-            "  {:<2} {:<40} {:>12} {:>12} {:>12}  {}",
+            "  {:<2} {:<40} {:>12} {:>12} {:>12}  {state}{}",
             d["index"],
             d["path"].as_str().unwrap_or("?"),
             h("total_bytes"),

@@ -189,9 +189,16 @@ fn serve(
         std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(interval) {
-                    if let Err(e) = engine.sync_all() {
-                        log::error!("periodic commit failed: {e}");
+                // Every second: are the devices still there? Every `interval`: commit.
+                let tick = interval.min(Duration::from_secs(1));
+                let mut last = Instant::now();
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(tick) {
+                    engine.volume.check_devices();
+                    if last.elapsed() >= interval {
+                        last = Instant::now();
+                        if let Err(e) = engine.sync_all() {
+                            log::error!("periodic commit failed: {e}");
+                        }
                     }
                 }
             })

@@ -78,6 +78,11 @@ pub struct DeviceStatus {
     pub free_bytes: u64,
     /// The drive this device is made to behave like, if emulated.
     pub emulated: Option<String>,
+    /// "ok", or "failed" once its directory vanished or holds another disk.
+    pub state: String,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub injected_faults: usize,
 }
 
 #[derive(Serialize)]
@@ -156,6 +161,20 @@ impl Engine {
             let model = device_model(e)?;
             for &d in &e.devices {
                 volume.emulate(d, model.clone());
+            }
+        }
+        for f in &config.volume.faults {
+            for &d in &f.devices {
+                log::warn!("fault injected on device {d}: {f:?}");
+                volume.inject(
+                    d,
+                    stripe::Fault {
+                        reads: f.reads,
+                        errno: f.errno,
+                        rate: f.rate,
+                        range: f.range,
+                    },
+                );
             }
         }
         let ns_path = namespace_path(&config);
@@ -249,16 +268,31 @@ impl Engine {
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
-        let _shared = lock.read();
+        let shared = lock.read();
         let (inode, layout) = self.file(ino)?;
-        match &self.caching {
+        let written = match &self.caching {
             Some(c) => {
                 let class = c.class_of(&self.ns, ino);
                 c.cache
                     .write(inode.object, offset, data, class)
-                    .map_err(io_error)?
+                    .map_err(io_error)
             }
-            None => self.volume.write(inode.object, &layout, offset, data)?,
+            None => self
+                .volume
+                .write(inode.object, &layout, offset, data)
+                .map_err(Error::from),
+        };
+        if let Err(e) = written {
+            // Part of a failed write past the end may have reached some devices: cut it off,
+            // alone on the file so no other writer is past the recorded size meanwhile.
+            if end > inode.size && self.caching.is_none() {
+                drop(shared);
+                let _alone = lock.write();
+                if let Ok(now) = self.ns.get(ino) {
+                    let _ = self.volume.truncate(now.object, &layout, now.size);
+                }
+            }
+            return Err(e);
         }
         self.ns.note_write(ino, end)
     }
@@ -463,12 +497,17 @@ impl Engine {
 
     pub fn status(&self) -> Result<Status> {
         let counts = self.ns.counts();
-        let space = self.volume.space()?;
+        let space = self.volume.space();
         let models = self.volume.models();
+        let health = self.volume.health();
         let devices: Vec<DeviceStatus> = space
             .iter()
             .enumerate()
             .map(|(index, s)| DeviceStatus {
+                state: if health[index].failed { "failed" } else { "ok" }.into(),
+                read_errors: health[index].read_errors,
+                write_errors: health[index].write_errors,
+                injected_faults: health[index].faults,
                 emulated: models[index].map(|m| m.describe()),
                 index,
                 path: s.path.clone(),
@@ -530,7 +569,7 @@ impl Engine {
     /// (total, available) bytes the volume can hold: full-width files fill devices evenly, so
     /// the fullest device bounds it.
     pub fn capacity(&self) -> (u64, u64) {
-        let space = self.volume.space().unwrap_or_default();
+        let space = self.volume.space();
         let n = space.len() as u64;
         let total = space.iter().map(|s| s.total_bytes).min().unwrap_or(0) * n;
         let avail = space.iter().map(|s| s.avail_bytes).min().unwrap_or(0) * n;

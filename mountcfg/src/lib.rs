@@ -112,6 +112,20 @@ pub struct VolumeSection {
     pub meta: Option<PathBuf>,
     /// Device models for experiments: which devices behave like which drive.
     pub emulate: Vec<Emulation>,
+    /// Injected faults, for tests and drills.
+    pub faults: Vec<FaultSection>,
+}
+
+/// One `[[volume.fault]]`: I/O of these devices fails.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSection {
+    pub devices: Vec<usize>,
+    /// `Some(true)` reads, `Some(false)` writes, `None` both.
+    pub reads: Option<bool>,
+    /// libc errno: EIO or ENOSPC.
+    pub errno: i32,
+    pub rate: f64,
+    pub range: Option<(u64, u64)>,
 }
 
 /// Profiles a device can be made to behave like (the models live in the stripe crate).
@@ -178,6 +192,7 @@ impl Config {
                 width: None,
                 meta: None,
                 emulate: Vec::new(),
+                faults: Vec::new(),
             },
             mount: MountSection::default(),
             cache: None,
@@ -261,6 +276,18 @@ struct RawVolume {
     meta: Option<Spanned<String>>,
     #[serde(default)]
     emulate: Vec<Spanned<RawEmulation>>,
+    #[serde(default)]
+    fault: Vec<Spanned<RawFault>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    device: Spanned<DeviceSel>,
+    op: Option<Spanned<String>>,
+    error: Option<Spanned<String>>,
+    rate: Option<Spanned<f64>>,
+    range: Option<Spanned<Vec<SizeValue>>>,
 }
 
 #[derive(Deserialize)]
@@ -512,12 +539,135 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         }
     };
     let emulate = validate_emulation(ctx, raw.emulate, devices.len())?;
+    let faults = raw
+        .fault
+        .into_iter()
+        .map(|f| validate_fault(ctx, f.into_inner(), devices.len()))
+        .collect::<Result<_, _>>()?;
     Ok(VolumeSection {
         devices,
         stripe_size,
         width,
         meta,
         emulate,
+        faults,
+    })
+}
+
+fn device_selection(
+    ctx: &Ctx,
+    sel: Spanned<DeviceSel>,
+    key: &str,
+    device_count: usize,
+) -> Result<Vec<usize>, ConfigError> {
+    let span = sel.span();
+    match sel.into_inner() {
+        DeviceSel::Word(w) if w == "all" => Ok((0..device_count).collect()),
+        DeviceSel::Index(i) if i >= 0 && (i as usize) < device_count => Ok(vec![i as usize]),
+        DeviceSel::Index(i) => Err(ctx.err(
+            span,
+            key,
+            format!(
+                "device = {i}: must be a device index from 0 to {}, or \"all\"",
+                device_count - 1
+            ),
+        )),
+        DeviceSel::Word(w) => Err(ctx.err(
+            span,
+            key,
+            format!("device = \"{w}\": must be a device index or \"all\""),
+        )),
+    }
+}
+
+fn validate_fault(
+    ctx: &Ctx,
+    f: RawFault,
+    device_count: usize,
+) -> Result<FaultSection, ConfigError> {
+    let devices = device_selection(ctx, f.device, "volume.fault.device", device_count)?;
+    let reads = match f.op {
+        None => None,
+        Some(o) => {
+            let span = o.span();
+            match o.into_inner().as_str() {
+                "read" => Some(true),
+                "write" => Some(false),
+                "any" => None,
+                other => {
+                    return Err(ctx.err(
+                        span,
+                        "volume.fault.op",
+                        format!("op = \"{other}\": must be \"read\", \"write\" or \"any\""),
+                    ))
+                }
+            }
+        }
+    };
+    let errno = match f.error {
+        None => 5,
+        Some(e) => {
+            let span = e.span();
+            match e.into_inner().as_str() {
+                "eio" | "EIO" => 5,
+                "enospc" | "ENOSPC" => 28,
+                other => {
+                    return Err(ctx.err(
+                        span,
+                        "volume.fault.error",
+                        format!("error = \"{other}\": must be \"eio\" or \"enospc\""),
+                    ))
+                }
+            }
+        }
+    };
+    let rate = match f.rate {
+        None => 1.0,
+        Some(r) => {
+            let span = r.span();
+            let x = r.into_inner();
+            if !(0.0..=1.0).contains(&x) {
+                return Err(ctx.err(
+                    span,
+                    "volume.fault.rate",
+                    format!("rate = {x}: must be a share from 0 to 1"),
+                ));
+            }
+            x
+        }
+    };
+    let range = match f.range {
+        None => None,
+        Some(r) => {
+            let span = r.span();
+            let vals: Vec<u64> = r
+                .into_inner()
+                .iter()
+                .map(|v| match v {
+                    SizeValue::Int(n) if *n >= 0 => Ok(*n as u64),
+                    SizeValue::Int(_) => Err("negative".to_string()),
+                    SizeValue::Text(t) => parse_size(t),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|m| ctx.err(span.clone(), "volume.fault.range", format!("range: {m}")))?;
+            match vals[..] {
+                [a, b] if a < b => Some((a, b)),
+                _ => {
+                    return Err(ctx.err(
+                        span,
+                        "volume.fault.range",
+                        "range = [start, end]: two offsets, start below end",
+                    ))
+                }
+            }
+        }
+    };
+    Ok(FaultSection {
+        devices,
+        reads,
+        errno,
+        rate,
+        range,
     })
 }
 
@@ -532,27 +682,7 @@ fn validate_emulation(
         let entry_span = entry.span();
         let e = entry.into_inner();
         let dev_span = e.device.span();
-        let devices: Vec<usize> = match e.device.into_inner() {
-            DeviceSel::Word(w) if w == "all" => (0..device_count).collect(),
-            DeviceSel::Index(i) if i >= 0 && (i as usize) < device_count => vec![i as usize],
-            DeviceSel::Index(i) => {
-                return Err(ctx.err(
-                    dev_span,
-                    "volume.emulate.device",
-                    format!(
-                        "device = {i}: must be a device index from 0 to {}, or \"all\"",
-                        device_count - 1
-                    ),
-                ))
-            }
-            DeviceSel::Word(w) => {
-                return Err(ctx.err(
-                    dev_span,
-                    "volume.emulate.device",
-                    format!("device = \"{w}\": must be a device index or \"all\""),
-                ))
-            }
-        };
+        let devices = device_selection(ctx, e.device, "volume.emulate.device", device_count)?;
         for &d in &devices {
             if std::mem::replace(&mut taken[d], true) {
                 return Err(ctx.err(

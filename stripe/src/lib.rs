@@ -13,4 +13,4 @@ pub use device::{format, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
 pub use emulate::{DeviceModel, Emulated, ModelState};
 pub use error::{Result, StripeError};
 pub use layout::{Layout, SlotIo};
-pub use volume::{ObjectInfo, SpaceInfo, Volume};
+pub use volume::{DeviceHealth, Fault, ObjectInfo, SpaceInfo, Volume};

@@ -11,8 +11,48 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use uuid::Uuid;
+
+/// An injected fault: I/O of a device fails with `errno` (for tests and drills).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fault {
+    /// `Some(true)` reads only, `Some(false)` writes only, `None` both.
+    pub reads: Option<bool>,
+    pub errno: i32,
+    /// Share of matching I/Os that fail, 0.0..=1.0.
+    pub rate: f64,
+    /// Only I/O touching this range of object offsets.
+    pub range: Option<(u64, u64)>,
+}
+
+/// A device's health: failed when its directory vanished or was replaced; error counts.
+struct Health {
+    failed: AtomicBool,
+    read_errors: AtomicU64,
+    write_errors: AtomicU64,
+    /// (st_dev of the superblock, st_ino of `.stripefs`) at mount: others mean another disk.
+    identity: Option<(u64, u64)>,
+    faults: parking_lot::RwLock<Vec<Fault>>,
+    dice: AtomicU64,
+}
+
+/// What status shows of a device.
+#[derive(Clone, Debug)]
+pub struct DeviceHealth {
+    pub failed: bool,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub faults: usize,
+}
+
+fn identity(device: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let sb = std::fs::metadata(device.join(META_DIR).join("superblock")).ok()?;
+    let dir = std::fs::metadata(device.join(META_DIR)).ok()?;
+    Some((sb.dev(), dir.ino()))
+}
 
 /// Open object files of one inode, one per device, opened on first use.
 struct Objects {
@@ -27,6 +67,7 @@ pub struct Volume {
     emulated: Vec<Option<Emulated>>,
     /// Layout of each object, for callers that address objects alone (the cache's core).
     layouts: DashMap<u64, Layout>,
+    health: Vec<Health>,
 }
 
 /// What one device can hold, from statvfs.
@@ -55,10 +96,107 @@ impl Volume {
         Ok(Volume {
             emulated: devices.iter().map(|_| None).collect(),
             layouts: DashMap::new(),
+            health: devices
+                .iter()
+                .map(|d| Health {
+                    failed: AtomicBool::new(false),
+                    read_errors: AtomicU64::new(0),
+                    write_errors: AtomicU64::new(0),
+                    identity: identity(&d.path),
+                    faults: Default::default(),
+                    dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ d.index as u64),
+                })
+                .collect(),
             devices,
             uuid,
             open: DashMap::new(),
         })
+    }
+
+    /// Makes I/O of device `index` fail as `fault` says.
+    pub fn inject(&self, index: usize, fault: Fault) {
+        self.health[index].faults.write().push(fault);
+    }
+
+    /// Looks at every device: one whose directory vanished or holds another disk now is marked
+    /// failed (its I/O fails with EIO from then on). Returns the devices newly failed.
+    pub fn check_devices(&self) -> Vec<usize> {
+        let mut newly = Vec::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            let h = &self.health[i];
+            if h.failed.load(Relaxed) {
+                continue;
+            }
+            if identity(&d.path) != h.identity {
+                h.failed.store(true, Relaxed);
+                log::error!(
+                    "DEVICE FAILED: {} (device {i}) is gone or holds another disk; \
+                     its I/O fails with EIO until the volume is remounted",
+                    d.path.display()
+                );
+                newly.push(i);
+            }
+        }
+        newly
+    }
+
+    pub fn health(&self) -> Vec<DeviceHealth> {
+        self.health
+            .iter()
+            .map(|h| DeviceHealth {
+                failed: h.failed.load(Relaxed),
+                read_errors: h.read_errors.load(Relaxed),
+                write_errors: h.write_errors.load(Relaxed),
+                faults: h.faults.read().len(),
+            })
+            .collect()
+    }
+
+    fn failed(&self, dev: usize) -> bool {
+        self.health[dev].failed.load(Relaxed)
+    }
+
+    /// Refuses I/O of a failed device, and fails I/O that an injected fault selects.
+    fn admit(&self, dev: usize, write: bool, io: &SlotIo) -> Result<()> {
+        let h = &self.health[dev];
+        if h.failed.load(Relaxed) {
+            return Err(self.io_err(dev, io::Error::from_raw_os_error(libc::EIO)));
+        }
+        for f in h.faults.read().iter() {
+            let kind = f.reads.is_none_or(|r| r != write);
+            let place = f
+                .range
+                .is_none_or(|(a, b)| io.obj_offset < b && io.obj_offset + io.len() > a);
+            if kind && place {
+                let mut x = h.dice.load(Relaxed);
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                h.dice.store(x, Relaxed);
+                if (x % 1_000_000) as f64 / 1_000_000.0 < f.rate {
+                    return Err(self.io_err(dev, io::Error::from_raw_os_error(f.errno)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a failed I/O against its device, and looks whether the device is still there.
+    fn note_error<T>(&self, dev: usize, write: bool, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            let h = &self.health[dev];
+            if write {
+                &h.write_errors
+            } else {
+                &h.read_errors
+            }
+            .fetch_add(1, Relaxed);
+            self.check_devices();
+            if self.failed(dev) {
+                return Err(self.io_err(dev, io::Error::from_raw_os_error(libc::EIO)));
+            }
+        }
+        r
     }
 
     /// Makes device `index` behave like `model` for data I/O.
@@ -154,7 +292,14 @@ impl Volume {
                 let _ = slot.set(f);
                 Ok(slot.get())
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
+            // No object file is a hole, unless the whole device is gone.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => {
+                self.check_devices();
+                if self.failed(device) {
+                    return Err(self.io_err(device, io::Error::from_raw_os_error(libc::EIO)));
+                }
+                Ok(None)
+            }
             Err(e) => Err(self.io_err(device, e)),
         }
     }
@@ -194,14 +339,15 @@ impl Volume {
         let parts = split_mut(buf, &plan);
         self.for_each_slot(plan, parts, |io, mut bufs| {
             let dev = layout.device_of_slot(io.slot, n);
+            self.note_error(dev, false, self.admit(dev, false, io))?;
             let until = self.emulation(dev, false, ino, io);
-            let result = match self.object(&objs, dev, ino, false)? {
+            let result = self.object(&objs, dev, ino, false).and_then(|f| match f {
                 Some(f) => preadv_full(f.as_raw_fd(), &mut bufs, io.obj_offset)
                     .map_err(|e| self.io_err(dev, e)),
                 None => Ok(()),
-            };
+            });
             wait_until(until);
-            result
+            self.note_error(dev, false, result)
         })
     }
 
@@ -216,12 +362,14 @@ impl Volume {
             .collect();
         self.for_each_slot(plan, parts, |io, bufs| {
             let dev = layout.device_of_slot(io.slot, n);
+            self.note_error(dev, true, self.admit(dev, true, io))?;
             let until = self.emulation(dev, true, ino, io);
-            let f = self.object(&objs, dev, ino, true)?.expect("created");
-            let result =
-                pwritev_full(f.as_raw_fd(), &bufs, io.obj_offset).map_err(|e| self.io_err(dev, e));
+            let result = self.object(&objs, dev, ino, true).and_then(|f| {
+                let f = f.expect("created");
+                pwritev_full(f.as_raw_fd(), &bufs, io.obj_offset).map_err(|e| self.io_err(dev, e))
+            });
             wait_until(until);
-            result
+            self.note_error(dev, true, result)
         })
     }
 
@@ -371,12 +519,18 @@ impl Volume {
         Ok(out)
     }
 
-    /// statvfs of every device.
-    pub fn space(&self) -> Result<Vec<SpaceInfo>> {
+    /// statvfs of every device (zeros for one that cannot say: it is gone).
+    pub fn space(&self) -> Vec<SpaceInfo> {
         self.devices
             .iter()
-            .enumerate()
-            .map(|(dev, d)| statvfs(&d.path).map_err(|e| self.io_err(dev, e)))
+            .map(|d| {
+                statvfs(&d.path).unwrap_or_else(|_| SpaceInfo {
+                    path: d.path.clone(),
+                    total_bytes: 0,
+                    free_bytes: 0,
+                    avail_bytes: 0,
+                })
+            })
             .collect()
     }
 

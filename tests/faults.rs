@@ -1,0 +1,256 @@
+//! Failing devices: injected EIO, a full device, a device that vanishes, write-back that
+//! fails. The call that touched the device fails; other files and the namespace are fine.
+
+mod common;
+
+use common::*;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn status(v: &TestVolume) -> serde_json::Value {
+    serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap()
+}
+
+fn first_device(path: &Path) -> u64 {
+    let info: serde_json::Value =
+        serde_json::from_slice(&getxattr(path, "user.stripefs.layout.json").unwrap()).unwrap();
+    info["first_device"].as_u64().unwrap()
+}
+
+/// Files of width 1 in `dir`, alternating over the devices: (path, device).
+fn one_device_files(v: &TestVolume, dir: &str, n: usize) -> Vec<(std::path::PathBuf, u64)> {
+    fs::create_dir(v.path(dir)).unwrap();
+    setxattr(&v.path(dir), "user.stripefs.layout", b"width=1").unwrap();
+    (0..n)
+        .map(|i| {
+            let p = v.path(&format!("{dir}/f{i}"));
+            File::create(&p).unwrap();
+            let d = first_device(&p);
+            (p, d)
+        })
+        .collect()
+}
+
+fn direct_read(p: &Path, len: usize) -> std::io::Result<Vec<u8>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
+#[test]
+fn injected_eio_fails_that_call_only_and_is_counted() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[[volume.fault]]\ndevice = 1\nop = \"write\"\nerror = \"eio\"\n",
+    );
+    v.mount();
+    let files = one_device_files(&v, "d", 4);
+    let data = vec![7u8; 100_000];
+    for (p, dev) in &files {
+        let f = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(p)
+            .unwrap();
+        let r = f.write_at(&data, 0);
+        if *dev == 1 {
+            assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO), "{p:?}");
+            assert_eq!(
+                fs::metadata(p).unwrap().len(),
+                0,
+                "a failed write leaves nothing visible"
+            );
+        } else {
+            assert_eq!(r.unwrap(), data.len());
+            assert_eq!(direct_read(p, data.len()).unwrap(), data);
+        }
+    }
+    let s = status(&v);
+    assert!(
+        s["devices"][1]["write_errors"].as_u64().unwrap() >= 2,
+        "{s}"
+    );
+    assert_eq!(s["devices"][0]["write_errors"], 0);
+    assert_eq!(
+        s["devices"][1]["state"], "ok",
+        "an I/O error is not a lost device"
+    );
+    let out = stripefs_ok(&["stats", v.mnt_str()]);
+    assert!(out.contains("write errors"), "{out}");
+    // The namespace is whole.
+    fs::create_dir(v.path("still-works")).unwrap();
+    v.umount();
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn a_full_device_gives_enospc_and_leaves_no_garbage() {
+    let mut v = TestVolume::new(2, "64K", "");
+    // Device 1 becomes a 1 MiB RAM disk (same superblock, moved onto it).
+    let small = &v.devices[1];
+    let keep = v.root.path().join("d1.keep");
+    fs::rename(small, &keep).unwrap();
+    fs::create_dir(small).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+        .arg(small)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(small.clone());
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(keep.join(".stripefs"))
+        .arg(small)
+        .status()
+        .unwrap()
+        .success());
+    v.mount();
+    fs::write(v.path("small"), b"fits").unwrap();
+    let big = v.path("big");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&big)
+        .unwrap();
+    let chunk = vec![1u8; 1 << 20];
+    let mut written = 0u64;
+    let err = loop {
+        match f.write_at(&chunk, written) {
+            Ok(n) => written += n as u64,
+            Err(e) => break e,
+        }
+        assert!(written < 16 << 20, "the full device never said ENOSPC");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    drop(f);
+    assert_eq!(
+        fs::metadata(&big).unwrap().len(),
+        written,
+        "size is what was written"
+    );
+    assert_eq!(fs::read(v.path("small")).unwrap(), b"fits");
+    // Freeing space makes room again.
+    fs::remove_file(&big).unwrap();
+    v.umount();
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    v.mount();
+    fs::write(v.path("again"), vec![2u8; 300_000]).unwrap();
+    assert_eq!(fs::read(v.path("again")).unwrap(), vec![2u8; 300_000]);
+}
+
+#[test]
+fn a_vanished_device_fails_its_files_and_shows_in_status() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let files = one_device_files(&v, "d", 4);
+    let data = vec![3u8; 65536];
+    for (p, _) in &files {
+        fs::write(p, &data).unwrap();
+    }
+    let gone = v.root.path().join("d1.gone");
+    fs::rename(&v.devices[1], &gone).unwrap();
+    // The daemon looks at its devices every second.
+    let start = Instant::now();
+    while status(&v)["devices"][1]["state"] != "failed" {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "device 1 never marked failed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (p, dev) in &files {
+        let r = direct_read(p, data.len());
+        if *dev == 1 {
+            assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO), "{p:?}");
+        } else {
+            assert_eq!(r.unwrap(), data, "{p:?}");
+        }
+    }
+    let human = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(human.contains("FAILED"), "{human}");
+    // The daemon lives on; back in place and remounted, all is there.
+    fs::create_dir(v.path("alive")).unwrap();
+    fs::rename(&gone, &v.devices[1]).unwrap();
+    v.remount();
+    for (p, _) in &files {
+        assert_eq!(fs::read(p).unwrap(), data);
+    }
+}
+
+#[test]
+fn failing_write_back_keeps_lines_dirty_and_a_later_mount_writes_them() {
+    let mut v = TestVolume::new(1, "64K", "");
+    let ssd = v.root.path().join("ssd");
+    fs::create_dir(&ssd).unwrap();
+    let base = fs::read_to_string(&v.config).unwrap();
+    let cache = format!(
+        "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"4M\"\nline_size = \"16K\"\nmode = \"wb\"\n\
+         [cache.cleaner]\nstaleness = \"0s\"\nwake_up = \"50ms\"\n",
+        ssd.display()
+    );
+    let fault = "[[volume.fault]]\ndevice = 0\nop = \"write\"\n";
+    fs::write(&v.config, format!("{base}{fault}{cache}")).unwrap();
+    v.mount();
+    let data = Rng::new(9).bytes(200_000);
+    let f = File::create(v.path("kept")).unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap(); // durable in the cache file
+    drop(f);
+    let start = Instant::now();
+    loop {
+        let s: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["stats", v.mnt_str(), "--json"])).unwrap();
+        let c = &s["cache"];
+        if c["cleaner_errors"].as_u64().unwrap() > 0 {
+            assert!(c["dirty_lines"].as_u64().unwrap() > 0, "never dropped: {c}");
+            assert!(c["counters"]["core_errors"].as_u64().unwrap() > 0);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the cleaner never tried"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Unmount cannot write back; the lines stay in the cache file.
+    let _ = stripefs(&["umount", v.mnt_str()]);
+    lazy_umount(&v.mnt);
+    fs::write(&v.config, format!("{base}{cache}")).unwrap();
+    v.mount();
+    assert_eq!(fs::read(v.path("kept")).unwrap(), data);
+    v.umount();
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
