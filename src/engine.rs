@@ -26,6 +26,46 @@ pub struct Engine {
     pub mountpoint: PathBuf,
 }
 
+/// After a crash the devices may hold what the lost transactions wrote: objects of files whose
+/// creation was lost, and data past a size that was never committed. Both go now, before new
+/// files could reuse what the lost ones had, and ids resume above every object found.
+fn sweep_after_crash(volume: &Volume, ns: &Namespace, inodes: &[Inode]) -> Result<()> {
+    let owners: std::collections::HashMap<u64, &Inode> = inodes
+        .iter()
+        .filter(|i| i.kind == Kind::File)
+        .map(|i| (i.object, i))
+        .collect();
+    let n = volume.device_count();
+    let (mut removed, mut trimmed, mut highest) = (0, 0, 0);
+    for o in volume.list_objects()? {
+        highest = highest.max(o.ino);
+        match owners.get(&o.ino) {
+            None => {
+                volume.remove_from(o.device, o.ino)?;
+                removed += 1;
+            }
+            Some(owner) => {
+                let Some(layout) = owner.layout else { continue };
+                let slot = layout.slot_of_device(o.device, n);
+                let want = slot.map_or(0, |s| layout.object_len(owner.size, s));
+                if o.len > want {
+                    volume.truncate(o.ino, &layout, owner.size)?;
+                    if slot.is_none() {
+                        volume.remove_from(o.device, o.ino)?;
+                    }
+                    trimmed += 1;
+                }
+            }
+        }
+    }
+    ns.skip_ids_to(highest + 1);
+    log::warn!(
+        "the last stop was not clean: removed {removed} object files of lost files, \
+         trimmed {trimmed} past their file's size"
+    );
+    Ok(())
+}
+
 /// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
 fn io_error(e: std::io::Error) -> Error {
     Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
@@ -194,6 +234,10 @@ impl Engine {
                 volume.set_layout(i.object, l);
             }
         }
+        if !ns.was_clean()? {
+            sweep_after_crash(&volume, &ns, &inodes)?;
+        }
+        ns.set_clean(false)?;
         let volume = Arc::new(volume);
         let caching = match &config.cache {
             Some(section) => Some(Caching::open(
@@ -386,14 +430,16 @@ impl Engine {
         self.commit()
     }
 
-    /// Unmount: the cache writes every dirty line back, then everything is made durable.
+    /// Unmount: the cache writes every dirty line back, then everything is made durable and
+    /// the volume marked cleanly stopped.
     pub fn shutdown(&self) -> Result<()> {
         let cached = match &self.caching {
             Some(c) => c.shutdown(),
             None => Ok(()),
         };
         let synced = self.sync_all();
-        cached.and(synced)
+        cached.and(synced)?;
+        self.ns.set_clean(true)
     }
 
     pub fn rename(

@@ -389,6 +389,36 @@ impl Namespace {
         self.uuid
     }
 
+    /// Whether the last mount ended with `mark_clean` (false after a crash).
+    pub fn was_clean(&self) -> Result<bool> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
+        Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
+    }
+
+    /// Records durably whether the volume is cleanly stopped (mount sets false, unmount true).
+    pub fn set_clean(&self, clean: bool) -> Result<()> {
+        let mut st = self.state.write();
+        let tx = self.db.begin_write()?;
+        tx.open_table(META)?
+            .insert("clean", [u8::from(clean)].as_slice())?;
+        tx.commit()?;
+        st.changed_since_sync = true;
+        drop(st);
+        self.sync().map(|_| ())
+    }
+
+    /// Object ids are never reused: after a crash, ids handed out by lost transactions may
+    /// name object files on the devices, so counting resumes above them.
+    pub fn skip_ids_to(&self, next: u64) {
+        let mut st = self.state.write();
+        if st.next_ino < next {
+            st.next_ino = next;
+            st.changed_since_sync = true;
+        }
+    }
+
     /// Inodes left with no links by a crash while they were open are freed now.
     pub fn reap_orphans(&self) -> Result<()> {
         self.mutate(|st, ch| {
