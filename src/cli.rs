@@ -775,7 +775,7 @@ fn flush(mountpoint: &Path) -> Result<()> {
         .map_err(|_| Error::Usage("flush thread panicked".into()))?;
     bar.finish_and_clear();
     r.map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM) => {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
             Error::Usage("only root or the user who mounted may flush the volume".into())
         }
         _ => Error::Usage(format!("flush {}: {e}", mountpoint.display())),

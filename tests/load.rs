@@ -1,0 +1,269 @@
+//! Load and permissions: many threads creating, writing, reading, renaming and deleting at
+//! once with every file verified at the end and the daemon's peak memory bounded; permission
+//! checks for other users on an allow_other mount.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const THREADS: u64 = 8;
+/// Long enough to mix every operation; `STRIPEFS_LOAD_SECS` runs it longer (60 for the note).
+fn duration() -> Duration {
+    let secs = std::env::var("STRIPEFS_LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    Duration::from_secs(secs)
+}
+
+/// Peak resident memory of a process, in bytes (VmHWM).
+fn peak_rss(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+fn worker(dir: &Path, t: u64, until: Instant) -> (u64, BTreeMap<String, Vec<u8>>) {
+    let mut rng = Rng::new(t + 100);
+    let mut mine: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut ops = 0u64;
+    let mut i = 0u64;
+    while Instant::now() < until {
+        i += 1;
+        let names: Vec<String> = mine.keys().cloned().collect();
+        match rng.below(10) {
+            0..=3 => {
+                let name = format!("t{t}-{i}");
+                let len = rng.below(256 << 10) as usize;
+                let data = rng.bytes(len);
+                fs::write(dir.join(&name), &data).unwrap();
+                mine.insert(name, data);
+            }
+            4..=5 if !names.is_empty() => {
+                let name = &names[rng.below(names.len() as u64) as usize];
+                let got = fs::read(dir.join(name)).unwrap();
+                assert!(
+                    got == mine[name],
+                    "thread {t}: {name} differs while running"
+                );
+            }
+            6 if !names.is_empty() => {
+                let from = names[rng.below(names.len() as u64) as usize].clone();
+                let to = format!("t{t}-r{i}");
+                fs::rename(dir.join(&from), dir.join(&to)).unwrap();
+                let data = mine.remove(&from).unwrap();
+                mine.insert(to, data);
+            }
+            7 if !names.is_empty() => {
+                let name = names[rng.below(names.len() as u64) as usize].clone();
+                fs::remove_file(dir.join(&name)).unwrap();
+                mine.remove(&name);
+            }
+            8 if !names.is_empty() => {
+                // Overwrite the middle of a file.
+                let name = &names[rng.below(names.len() as u64) as usize];
+                let mut data = mine[name].clone();
+                if !data.is_empty() {
+                    let at = rng.below(data.len() as u64) as usize;
+                    let patch = rng.bytes((data.len() - at).min(8192));
+                    let f = fs::OpenOptions::new()
+                        .write(true)
+                        .open(dir.join(name))
+                        .unwrap();
+                    std::os::unix::fs::FileExt::write_all_at(&f, &patch, at as u64).unwrap();
+                    data[at..at + patch.len()].copy_from_slice(&patch);
+                    mine.insert(name.clone(), data);
+                }
+            }
+            _ => {
+                let _ = fs::read_dir(dir).unwrap().count();
+            }
+        }
+        ops += 1;
+    }
+    (ops, mine)
+}
+
+fn load_on(extra: &str, cache_bytes: u64, label: &str) {
+    let mut v = TestVolume::new(4, "64K", extra);
+    v.mount();
+    let dir = v.path("load");
+    fs::create_dir(&dir).unwrap();
+    let pid = v.daemon_pid();
+    let until = Instant::now() + duration();
+    let results: Vec<(u64, BTreeMap<String, Vec<u8>>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let dir = &dir;
+                s.spawn(move || worker(dir, t, until))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ops: u64 = results.iter().map(|r| r.0).sum();
+    let expected: BTreeMap<String, Vec<u8>> = results.into_iter().flat_map(|r| r.1).collect();
+    let check = |when: &str| {
+        let mut on_disk: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        assert_eq!(
+            on_disk,
+            expected.keys().cloned().collect::<Vec<_>>(),
+            "{label}: names {when}"
+        );
+        for (name, data) in &expected {
+            assert!(
+                fs::read(dir.join(name)).unwrap() == *data,
+                "{label}: {name} differs {when}"
+            );
+        }
+    };
+    check("at the end");
+    let rss = peak_rss(pid);
+    // Bounded: the cache (a RAM store's pages count here) plus a margin for the daemon itself.
+    let margin = 160 << 20;
+    eprintln!(
+        "{label}: {THREADS} threads, {ops} operations in {:?}, {} files verified, peak RSS {} MiB (bound {} MiB)",
+        duration(),
+        expected.len(),
+        rss >> 20,
+        (cache_bytes + margin) >> 20
+    );
+    assert!(
+        rss <= cache_bytes + margin,
+        "{label}: peak RSS {rss} over the bound"
+    );
+    v.remount();
+    check("after a remount");
+}
+
+#[test]
+fn many_threads_at_once_without_a_cache() {
+    load_on("", 0, "no cache");
+}
+
+#[test]
+fn many_threads_at_once_over_a_ram_write_back_cache() {
+    load_on(
+        "[cache]\nsize = \"32M\"\nline_size = \"64K\"\nmode = \"wb\"\n",
+        32 << 20,
+        "RAM write-back 32 MiB",
+    );
+}
+
+/// Runs `stripefs ARGS` as the user `tests`.
+fn as_tests_user(args: &[&str]) -> std::process::Output {
+    run_with_timeout(
+        Command::new("setpriv")
+            .args(["--reuid=tests", "--regid=tests", "--clear-groups", BIN])
+            .args(args),
+        Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn other_users_are_checked_and_controls_need_ownership() {
+    let known = Command::new("id")
+        .arg("tests")
+        .output()
+        .map(|o| o.status.success());
+    assert_eq!(
+        known.ok(),
+        Some(true),
+        "user tests is missing: scripts/test.sh creates it"
+    );
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[mount]\nallow_other = true\n[cache]\nsize = \"4M\"\nmode = \"wt\"\n",
+    );
+    v.mount();
+    // What stripefs makes on the devices is for the mounting user only.
+    use std::os::unix::fs::PermissionsExt;
+    for d in &v.devices {
+        let mode = fs::metadata(d.join(".stripefs"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    fs::create_dir(v.path("rootdir")).unwrap();
+    fs::create_dir(v.path("open")).unwrap();
+    fs::set_permissions(v.path("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    // The kernel checks permissions for other users (default_permissions).
+    let touch = |p: &Path| {
+        run_with_timeout(
+            Command::new("setpriv")
+                .args(["--reuid=tests", "--regid=tests", "--clear-groups", "touch"])
+                .arg(p),
+            Duration::from_secs(30),
+        )
+    };
+    assert!(
+        !touch(&v.path("rootdir/x")).status.success(),
+        "tests may not write into root's 0755 dir"
+    );
+    assert!(
+        touch(&v.path("open/x")).status.success(),
+        "tests may write into a 0777 dir"
+    );
+    // A folder's target and layout: its owner or root.
+    let out = as_tests_user(&[
+        "target",
+        "add",
+        v.path("rootdir").to_str().unwrap(),
+        "--mode",
+        "wb",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("permission denied"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_tests_user(&[
+        "layout",
+        "set",
+        v.path("rootdir").to_str().unwrap(),
+        "--width",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    // Volume-wide controls: root or the user who mounted.
+    let out = as_tests_user(&["mode", v.mnt_str(), "wb"]);
+    assert!(!out.status.success());
+    let out = as_tests_user(&["flush", v.mnt_str()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only root or the user who mounted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        getxattr(&v.mnt, "user.stripefs.mode").unwrap(),
+        b"wt",
+        "nothing changed"
+    );
+    // Root may.
+    stripefs_ok(&[
+        "target",
+        "add",
+        v.path("rootdir").to_str().unwrap(),
+        "--mode",
+        "wb",
+    ]);
+    stripefs_ok(&["mode", v.mnt_str(), "wa"]);
+}
