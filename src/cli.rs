@@ -668,6 +668,11 @@ fn print_stats(s: &serde_json::Value) {
         human_bytes(n(&s["line_size"])),
         s["default_mode"].as_str().unwrap_or("?")
     );
+    if s["failed"].as_bool() == Some(true) {
+        println!(
+            "CACHE DEVICE FAILED: running pass-through; dirty lines stay until it can be read"
+        );
+    }
     println!("\nUsage statistics         lines        %");
     for (label, key) in [
         ("occupancy", "occupancy_lines"),

@@ -150,6 +150,8 @@ pub struct Status {
 
 #[derive(Serialize)]
 pub struct CacheSummary {
+    /// "ok", or "failed" once the cache device failed (then everything is pass-through).
+    pub state: String,
     pub store: String,
     pub path: Option<String>,
     pub size_bytes: u64,
@@ -598,6 +600,7 @@ impl Engine {
             cache: self.caching.as_ref().map(|c| {
                 let st = c.cache.stats();
                 CacheSummary {
+                    state: if st.failed { "failed" } else { "ok" }.into(),
                     store: st.store,
                     path: st.path,
                     size_bytes: st.size_bytes,

@@ -101,6 +101,8 @@ pub struct Cache {
     wake: Condvar,
     stop: AtomicBool,
     volume: [u8; 16],
+    /// The cache device failed: everything runs pass-through; dirty lines stay where they are.
+    failed: AtomicBool,
 }
 
 /// One line's share of a request.
@@ -284,6 +286,7 @@ impl Cache {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             volume: cfg.volume,
+            failed: AtomicBool::new(false),
         }))
     }
 
@@ -546,6 +549,30 @@ impl Cache {
         self.store.sync()
     }
 
+    /// Makes the store fail every I/O, as a dead cache device would (drills and tests).
+    pub fn fail_store(&self) {
+        self.store.broken.store(true, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn mark_failed(&self) {
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            let dirty = self.inner.lock().dirty_lines;
+            log::error!(
+                "CACHE DEVICE FAILED{}: running pass-through from now on; {dirty} dirty lines \
+                 stay in the cache and are written back if it can still be read",
+                self.store
+                    .path
+                    .as_ref()
+                    .map(|p| format!(" ({})", p.display()))
+                    .unwrap_or_default()
+            );
+        }
+    }
+
     /// The mode a request runs in, with the sequential cutoff applied.
     fn effective_mode(
         &self,
@@ -560,6 +587,9 @@ impl Cache {
             .get(class as usize)
             .and_then(Option::as_ref)
             .map_or(Mode::Pt, |c| c.cfg.mode);
+        if self.failed() {
+            return (Mode::Pt, false);
+        }
         if g.streams.len() > 4096 {
             g.streams.clear();
         }
@@ -668,6 +698,12 @@ impl Cache {
         g.drop_empty(&parts);
         g.class_mut(class).counters.add(&c);
         self.release(&mut g, &parts);
+        drop(g);
+        if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
+            // The cache device failed under this read: once more, pass-through.
+            self.mark_failed();
+            return self.read(object, offset, buf, class);
+        }
         result
     }
 
@@ -803,6 +839,12 @@ impl Cache {
         self.release(&mut g, &parts);
         if g.dirty_lines as f64 > g.policy.dirty_high * self.nslots as f64 {
             self.wake.notify_one();
+        }
+        drop(g);
+        if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
+            // The cache device failed under this write: once more, pass-through.
+            self.mark_failed();
+            return self.write(object, offset, data, class);
         }
         result
     }
@@ -1239,6 +1281,7 @@ impl Cache {
             .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
             .sum();
         CacheStats {
+            failed: self.failed(),
             emulated: self.store.throttle.as_ref().map(|t| t.describe()),
             store: if self.store.persistent() {
                 "file"

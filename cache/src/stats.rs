@@ -67,6 +67,8 @@ pub struct ClassStats {
 #[derive(Clone, Debug, Serialize)]
 pub struct CacheStats {
     pub store: String,
+    /// The cache device failed; the cache runs pass-through.
+    pub failed: bool,
     /// The device model the store is made to behave like, if emulated.
     pub emulated: Option<String>,
     pub path: Option<String>,

@@ -35,6 +35,8 @@ pub struct Record {
 
 pub(crate) struct Store {
     file: File,
+    /// Set by `Cache::fail_store`: every I/O fails, as a dead cache device's would.
+    pub(crate) broken: std::sync::atomic::AtomicBool,
     pub(crate) throttle: Option<std::sync::Arc<dyn crate::Throttle>>,
     pub(crate) path: Option<PathBuf>,
     line_size: u64,
@@ -60,6 +62,7 @@ impl Store {
         file.set_len(line_size * slots)?;
         Ok(Store {
             file,
+            broken: Default::default(),
             throttle: None,
             path: None,
             line_size,
@@ -85,6 +88,7 @@ impl Store {
         let data_start = HEADER + records_len(slots);
         let store = Store {
             file,
+            broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
             line_size,
@@ -158,6 +162,14 @@ impl Store {
         self.file.sync_data()
     }
 
+    fn check(&self) -> io::Result<()> {
+        if self.broken.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Ok(())
+        }
+    }
+
     pub(crate) fn read_records(&self) -> io::Result<Vec<Record>> {
         let mut buf = vec![0u8; (self.slots * RECORD) as usize];
         self.file.read_exact_at(&mut buf, HEADER)?;
@@ -165,6 +177,7 @@ impl Store {
     }
 
     pub(crate) fn write_record(&self, slot: u32, r: &Record) -> io::Result<()> {
+        self.check()?;
         self.file
             .write_all_at(&encode(r), HEADER + slot as u64 * RECORD)
     }
@@ -183,6 +196,7 @@ impl Store {
     }
 
     pub(crate) fn read(&self, slot: u32, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check()?;
         let at = self.at(slot, offset);
         let until = self
             .throttle
@@ -194,6 +208,7 @@ impl Store {
     }
 
     pub(crate) fn write(&self, slot: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check()?;
         let at = self.at(slot, offset);
         let until = self
             .throttle

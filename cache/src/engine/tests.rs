@@ -486,3 +486,26 @@ fn bad_shapes_are_refused() {
     assert!(Cache::open(config(StoreKind::Ram, 1000, 4096, Mode::Wb), core.clone()).is_err());
     assert!(Cache::open(config(StoreKind::Ram, 1 << 20, 512 << 10, Mode::Wb), core).is_err());
 }
+
+#[test]
+fn a_failed_cache_device_goes_pass_through_and_keeps_dirty_lines() {
+    let (core, cache) = ram(Mode::Wb);
+    core.write(1, 0, &[1u8; 65536]).unwrap();
+    assert_eq!(read(&cache, 1, 0, 65536), vec![1u8; 65536]); // cached, clean
+    cache.write(2, 0, &[2u8; 4096], DEFAULT_CLASS).unwrap(); // dirty
+    cache.fail_store();
+    // Clean data: served from the core, the call succeeds.
+    assert_eq!(read(&cache, 1, 0, 65536), vec![1u8; 65536]);
+    assert!(cache.failed());
+    let s = cache.stats();
+    assert!(s.failed && s.counters.cache_errors > 0);
+    // New writes go to the core.
+    cache.write(3, 0, &[3u8; 4096], DEFAULT_CLASS).unwrap();
+    assert_eq!(core.bytes(3, 0, 4096), vec![3u8; 4096]);
+    // The dirty line cannot be read back: EIO for it, and it is not dropped.
+    let mut b = vec![0u8; 4096];
+    assert!(cache.read(2, 0, &mut b, DEFAULT_CLASS).is_err());
+    assert_eq!(cache.stats().dirty_lines, 1);
+    assert!(cache.flush_all(&mut |_, _| {}).is_err());
+    assert_eq!(cache.stats().dirty_lines, 1);
+}
