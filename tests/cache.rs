@@ -227,12 +227,7 @@ fn ram_write_back_is_written_back_by_fsync_and_by_unmount() {
         bytes_on_devices(&v, ino_b) >= 600_000,
         "unmount wrote every dirty line back"
     );
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
     v.mount();
     assert_eq!(fs::read(v.path("b")).unwrap(), data);
 }
@@ -278,12 +273,7 @@ fn file_store_write_back_survives_sigkill_after_fsync() {
     for (_, data, ino) in &files {
         assert!(bytes_on_devices(&v, *ino) >= data.len() as u64);
     }
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
     // Another volume's cache file is refused, and --cache-reset discards it.
     let mut other = TestVolume::new(1, "64K", "");
     let other_cfg = fs::read_to_string(&other.config).unwrap()

@@ -138,22 +138,12 @@ fn crash_rounds(extra: &str, label: &str) {
         };
         if round % 5 == 4 {
             v.umount();
-            let out = stripefs(&["fsck", v.cfg()]);
-            assert!(
-                out.status.success(),
-                "{label} round {round}: fsck: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
+            v.assert_fsck_clean(&format!("{label} round {round}"));
             v.mount();
         }
     }
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{label}: fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean(label);
     eprintln!("{label}: {ROUNDS} crash rounds, {checked} acknowledged files checked, 0 bytes lost");
 }
 

@@ -88,12 +88,7 @@ fn injected_eio_fails_that_call_only_and_is_counted() {
     // The namespace is whole.
     fs::create_dir(v.path("still-works")).unwrap();
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
 }
 
 #[test]
@@ -155,12 +150,7 @@ fn a_full_device_gives_enospc_and_leaves_no_garbage() {
     // Freeing space makes room again.
     fs::remove_file(&big).unwrap();
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
     v.mount();
     fs::write(v.path("again"), vec![2u8; 300_000]).unwrap();
     assert_eq!(fs::read(v.path("again")).unwrap(), vec![2u8; 300_000]);
@@ -247,10 +237,5 @@ fn failing_write_back_keeps_lines_dirty_and_a_later_mount_writes_them() {
     v.mount();
     assert_eq!(fs::read(v.path("kept")).unwrap(), data);
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
 }

@@ -215,12 +215,7 @@ fn migrate_restripes_with_content_unchanged() {
     v.remount();
     assert_eq!(fs::read(&path).unwrap(), data);
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
 }
 
 #[test]
@@ -336,12 +331,7 @@ fn sigkill_after_fsync_loses_nothing_and_fsck_is_clean() {
     }
     assert!(!v.path("dir/file0").exists());
     v.umount();
-    let out = stripefs(&["fsck", v.cfg()]);
-    assert!(
-        out.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    v.assert_fsck_clean("after the test");
 }
 
 #[test]

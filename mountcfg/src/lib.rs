@@ -727,20 +727,10 @@ fn validate_emulation(
         };
         let read_mbps = rate(e.read_mbps, "volume.emulate.read_mbps")?;
         let write_mbps = rate(e.write_mbps, "volume.emulate.write_mbps")?;
-        let access = match e.access {
-            None => None,
-            Some(a) => {
-                let span = a.span();
-                let text = a.into_inner();
-                Some(parse_duration(&text).map_err(|m| {
-                    ctx.err(
-                        span,
-                        "volume.emulate.access",
-                        format!("access = \"{text}\": {m}"),
-                    )
-                })?)
-            }
-        };
+        let access = e
+            .access
+            .map(|a| duration_value(ctx, a, "volume.emulate.access"))
+            .transpose()?;
         let queue = match e.queue {
             None => None,
             Some(q) => {
@@ -817,34 +807,24 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
             }
         };
     }
-    for (value, key, slot) in [
-        (raw.attr_timeout, "mount.attr_timeout", &mut m.attr_timeout),
-        (
-            raw.commit_interval,
-            "mount.commit_interval",
-            &mut m.commit_interval,
-        ),
-    ] {
-        if let Some(t) = value {
-            let span = t.span();
-            let text = t.into_inner();
-            *slot = parse_duration(&text).map_err(|msg| {
-                ctx.err(
-                    span,
-                    key,
-                    format!(
-                        "{} = \"{text}\": {msg}",
-                        key.rsplit('.').next().unwrap_or(key)
-                    ),
-                )
-            })?;
-        }
+    if let Some(t) = raw.attr_timeout {
+        m.attr_timeout = duration_value(ctx, t, "mount.attr_timeout")?;
+    }
+    if let Some(t) = raw.commit_interval {
+        m.commit_interval = duration_value(ctx, t, "mount.commit_interval")?;
     }
     if m.commit_interval.is_zero() {
         m.commit_interval = Duration::from_millis(100);
     }
     m.fsname = raw.fsname;
     Ok(m)
+}
+
+fn duration_value(ctx: &Ctx, v: Spanned<String>, key: &str) -> Result<Duration, ConfigError> {
+    let span = v.span();
+    let text = v.into_inner();
+    let short = key.rsplit('.').next().unwrap_or(key);
+    parse_duration(&text).map_err(|m| ctx.err(span, key, format!("{short} = \"{text}\": {m}")))
 }
 
 fn size_value(
@@ -1038,28 +1018,11 @@ fn validate_cache(
         section.emulate = Some(name);
     }
     if let Some(c) = raw.cleaner {
-        for (v, key, slot) in [
-            (
-                c.staleness,
-                "cache.cleaner.staleness",
-                &mut section.staleness,
-            ),
-            (c.wake_up, "cache.cleaner.wake_up", &mut section.wake_up),
-        ] {
-            if let Some(t) = v {
-                let span = t.span();
-                let text = t.into_inner();
-                *slot = parse_duration(&text).map_err(|m| {
-                    ctx.err(
-                        span,
-                        key,
-                        format!(
-                            "{} = \"{text}\": {m}",
-                            key.rsplit('.').next().unwrap_or(key)
-                        ),
-                    )
-                })?;
-            }
+        if let Some(t) = c.staleness {
+            section.staleness = duration_value(ctx, t, "cache.cleaner.staleness")?;
+        }
+        if let Some(t) = c.wake_up {
+            section.wake_up = duration_value(ctx, t, "cache.cleaner.wake_up")?;
         }
         if section.wake_up.is_zero() {
             section.wake_up = Duration::from_millis(10);

@@ -151,6 +151,16 @@ impl TestVolume {
         self.mount();
     }
 
+    /// `stripefs fsck` of the (unmounted) volume finds nothing.
+    pub fn assert_fsck_clean(&self, when: &str) {
+        let out = stripefs(&["fsck", self.cfg()]);
+        assert!(
+            out.status.success(),
+            "fsck {when}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
     /// The daemon's pid, from the status xattr.
     pub fn daemon_pid(&self) -> i32 {
         let status = stripefs_ok(&["status", self.mnt_str(), "--json"]);
@@ -227,33 +237,9 @@ impl Rng {
 }
 
 pub fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
-    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: valid buffers.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
+    stripefs::xattr::get(path, name)
 }
 
 pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid buffers.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    stripefs::xattr::set(path, name, value)
 }
