@@ -65,6 +65,10 @@ pub enum BenchAction {
         /// Make every device behave like hdd-5400, sata-ssd, nvme or sata-port
         #[arg(long)]
         emulate: Option<String>,
+        /// Object I/O of the volumes: buffered, or direct (whole blocks with O_DIRECT, so real
+        /// disks show their own speed)
+        #[arg(long, default_value = "buffered")]
+        device_io: String,
     },
     /// Reproduce a seed experiment: cas (an emulated HDD behind an emulated SATA SSD or NVMe
     /// cache) or raidcard (RAM disks on emulated SATA ports)
@@ -269,8 +273,9 @@ impl SweepVolume {
             .map(|d| format!("\"{}\"", d.display()))
             .collect();
         let mut text = format!(
-            "[volume]\ndevices = [{}]\nstripe_size = {stripe}\nwidth = {width}\n",
-            list.join(", ")
+            "[volume]\ndevices = [{}]\nstripe_size = {stripe}\nwidth = {width}\ndevice_io = \"{}\"\n",
+            list.join(", "),
+            if c.direct_device_io { "direct" } else { "buffered" }
         );
         if let Some(profile) = emulate {
             text.push_str(&format!(
@@ -350,6 +355,7 @@ struct Config {
     width: u32,
     emulate: Option<String>,
     cache: Option<CacheSetup>,
+    direct_device_io: bool,
 }
 
 /// A cache for a sweep configuration: `ram:wb`, `file:wb:/ssd`, with an optional size.
@@ -521,8 +527,18 @@ pub fn sweep(
     widths: &[u32],
     cache: &[String],
     emulate: Option<String>,
+    device_io: &str,
 ) -> Result<()> {
     let plan = plan(opts)?;
+    let direct_device_io = match device_io {
+        "buffered" => false,
+        "direct" => true,
+        other => {
+            return Err(Error::Usage(format!(
+                "--device-io {other}: must be buffered or direct"
+            )))
+        }
+    };
     let caches: Vec<Option<CacheSetup>> = cache
         .iter()
         .map(|c| CacheSetup::parse(c))
@@ -551,6 +567,7 @@ pub fn sweep(
                     width: w,
                     emulate: emulate.clone(),
                     cache: cache.clone(),
+                    direct_device_io,
                 });
             }
         }
@@ -615,6 +632,7 @@ fn cas(opts: &BenchOpts, dir: &Path) -> Result<()> {
             stripe: 65536,
             width: 1,
             emulate: Some("hdd-5400".into()),
+            direct_device_io: false,
             cache: cache_device.map(|d| CacheSetup {
                 mode: "wb".into(),
                 dir: Some(ssd.clone()),
@@ -700,6 +718,7 @@ fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
                         width: n as u32,
                         emulate: Some("sata-port".into()),
                         cache: cache.clone(),
+                        direct_device_io: false,
                     });
                 }
             }

@@ -381,7 +381,8 @@ fn run(command: Command) -> Result<i32> {
                     widths,
                     cache,
                     emulate,
-                }), _) => b::sweep(&opts, &devices, &stripe_sizes, &widths, &cache, emulate),
+                    device_io,
+                }), _) => b::sweep(&opts, &devices, &stripe_sizes, &widths, &cache, emulate, &device_io),
                 (Some(BenchAction::Preset { name, dir }), _) => b::preset(&opts, &name, &dir),
                 (None, Some(dir)) => b::bench_dir(&dir, &opts),
                 (None, None) => Err(Error::Usage(

@@ -205,6 +205,7 @@ impl Engine {
                 volume.emulate(d, model.clone());
             }
         }
+        volume.set_direct_io(config.volume.direct_device_io);
         for f in &config.volume.faults {
             for &d in &f.devices {
                 log::warn!("fault injected on device {d}: {f:?}");

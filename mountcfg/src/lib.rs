@@ -114,6 +114,9 @@ pub struct VolumeSection {
     pub emulate: Vec<Emulation>,
     /// Injected faults, for tests and drills.
     pub faults: Vec<FaultSection>,
+    /// Object I/O in whole 4K blocks with O_DIRECT (`device_io = "direct"`), so the devices'
+    /// own speed shows instead of the page cache's.
+    pub direct_device_io: bool,
 }
 
 /// One `[[volume.fault]]`: I/O of these devices fails.
@@ -193,6 +196,7 @@ impl Config {
                 meta: None,
                 emulate: Vec::new(),
                 faults: Vec::new(),
+                direct_device_io: false,
             },
             mount: MountSection::default(),
             cache: None,
@@ -278,6 +282,7 @@ struct RawVolume {
     emulate: Vec<Spanned<RawEmulation>>,
     #[serde(default)]
     fault: Vec<Spanned<RawFault>>,
+    device_io: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -544,6 +549,23 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         .into_iter()
         .map(|f| validate_fault(ctx, f.into_inner(), devices.len()))
         .collect::<Result<_, _>>()?;
+    let direct_device_io = match raw.device_io {
+        None => false,
+        Some(d) => {
+            let span = d.span();
+            match d.into_inner().as_str() {
+                "buffered" => false,
+                "direct" => true,
+                other => {
+                    return Err(ctx.err(
+                        span,
+                        "volume.device_io",
+                        format!("device_io = \"{other}\": must be \"buffered\" or \"direct\""),
+                    ))
+                }
+            }
+        }
+    };
     Ok(VolumeSection {
         devices,
         stripe_size,
@@ -551,6 +573,7 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         meta,
         emulate,
         faults,
+        direct_device_io,
     })
 }
 

@@ -101,6 +101,45 @@ fn advance(lens: impl Iterator<Item = usize>, idx: &mut usize, skip: &mut usize,
     }
 }
 
+/// A zeroed buffer aligned for O_DIRECT.
+pub(crate) struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is plain memory owned by this value.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    pub(crate) fn new(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(4096), 4096).expect("layout");
+        // SAFETY: non-zero size; freed in Drop with the same layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, layout }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.layout.size());
+        // SAFETY: ptr is valid for layout.size() bytes and exclusively ours.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Direct I/O wants offsets and lengths in whole 4 KiB blocks.
+pub(crate) fn direct_aligned(offset: u64, len: u64) -> bool {
+    offset.is_multiple_of(4096) && len.is_multiple_of(4096) && len > 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
