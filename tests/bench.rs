@@ -161,3 +161,33 @@ fn bench_refuses_bad_arguments() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn queue_depth_is_really_reached_on_a_slow_device() {
+    // An emulated HDD serves one I/O in 12 ms or more: every queue slot is seen in flight.
+    let mut v = TestVolume::new(
+        1,
+        "64K",
+        "[[volume.emulate]]\ndevice = 0\nprofile = \"hdd-5400\"\n",
+    );
+    v.mount();
+    let out = stripefs_ok(&[
+        "bench",
+        v.mnt_str(),
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--profile",
+        "custom:rw=randread,bs=4K,qd=6",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &report["targets"][0]["results"][0]["median"];
+    assert_eq!(r["max_in_flight"], 6, "{r}");
+    assert!(r["ops"].as_u64().unwrap() > 0);
+    assert_eq!(
+        r["bytes"].as_u64().unwrap(),
+        r["ops"].as_u64().unwrap() * 4096
+    );
+}

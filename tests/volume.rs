@@ -281,6 +281,17 @@ fn mount_refuses_a_wrong_device_set_and_names_the_device() {
         )),
         "{err}"
     );
+    // A mountpoint inside a device (or a device inside the mountpoint) is refused.
+    let inside = v.devices[0].join("mnt");
+    fs::create_dir(&inside).unwrap();
+    let out = stripefs(&["mount", v.cfg(), inside.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("overlap"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::remove_dir(&inside).unwrap();
     // mkfs over a formatted device needs --force.
     let out = stripefs(&["mkfs", v.cfg()]);
     assert!(!out.status.success());
