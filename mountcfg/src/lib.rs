@@ -159,6 +159,9 @@ pub struct MountSection {
     pub allow_other: bool,
     pub default_permissions: bool,
     pub read_only: bool,
+    /// FUSE request threads. Each blocks on its device I/O, so this bounds how many requests
+    /// the devices see at once: 8 doubled random IOPS over 2 on four emulated HDDs, and made
+    /// no difference that the noise did not on RAM disks.
     pub threads: usize,
     pub direct_io: DirectIo,
     pub writeback_cache: bool,
@@ -174,7 +177,7 @@ impl Default for MountSection {
             allow_other: false,
             default_permissions: true,
             read_only: false,
-            threads: 2,
+            threads: 8,
             direct_io: DirectIo::Auto,
             writeback_cache: false,
             attr_timeout: Duration::from_secs(1),
