@@ -147,6 +147,7 @@ fn serve(
     ready: &mut Ready,
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
+    raise_open_file_limit();
     let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;
     let mut options = vec![
@@ -242,6 +243,19 @@ fn serve(
     log::info!("unmounted {}", mountpoint.display());
     served.map_err(|e| Error::Usage(format!("serving {}: {e}", mountpoint.display())))?;
     synced
+}
+
+/// A volume keeps an object file open per device for each file in use: take what the hard
+/// limit allows, as storage daemons do.
+fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit on a zeroed struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 fn lazy_umount(mountpoint: &Path) {

@@ -54,6 +54,9 @@ fn identity(device: &Path) -> Option<(u64, u64)> {
     Some((sb.dev(), dir.ino()))
 }
 
+/// How many objects may keep open files before idle ones are closed.
+const OPEN_OBJECTS: usize = 1024;
+
 /// Open object files of one inode, one per device, opened on first use.
 struct Objects {
     files: Vec<OnceLock<File>>,
@@ -295,7 +298,8 @@ impl Volume {
     }
 
     fn objects(&self, ino: u64) -> Arc<Objects> {
-        self.open
+        let objs = self
+            .open
             .entry(ino)
             .or_insert_with(|| {
                 Arc::new(Objects {
@@ -303,7 +307,13 @@ impl Volume {
                     direct: (0..self.devices.len()).map(|_| OnceLock::new()).collect(),
                 })
             })
-            .clone()
+            .clone();
+        // Objects opened behind a file's back (a cache writing back after the last close) are
+        // not closed by `close`: keep the descriptors bounded by dropping idle ones.
+        if self.open.len() > OPEN_OBJECTS {
+            self.open.retain(|_, o| Arc::strong_count(o) > 1);
+        }
+        objs
     }
 
     /// The object file of `ino` on `device`; `None` if it does not exist and `create` is false.
@@ -838,6 +848,19 @@ mod tests {
         let mut want = data.clone();
         want[100..109].copy_from_slice(b"unaligned");
         assert_eq!(back, want);
+    }
+
+    #[test]
+    fn idle_object_files_are_closed_past_the_bound() {
+        let (_root, v) = volume(2, 8192);
+        let layout = Layout::new(8192, 2, 0);
+        for ino in 0..(OPEN_OBJECTS as u64 + 100) {
+            v.write(ino, &layout, 0, b"x").unwrap();
+        }
+        assert!(v.open.len() <= OPEN_OBJECTS + 1, "{}", v.open.len());
+        let mut b = [0u8; 1];
+        v.read(5, &layout, 0, &mut b).unwrap();
+        assert_eq!(&b, b"x");
     }
 
     #[test]
