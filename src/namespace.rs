@@ -1050,12 +1050,6 @@ impl Namespace {
             Ok(())
         })
     }
-
-    /// Whether `ino` lies at or under `dir`.
-    pub fn is_under(&self, ino: u64, dir: u64) -> bool {
-        let st = self.state.read();
-        st.is_ancestor(dir, ino)
-    }
 }
 
 #[cfg(test)]

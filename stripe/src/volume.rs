@@ -278,12 +278,6 @@ impl Volume {
         &self.devices[index].path
     }
 
-    /// The layout recorded at mkfs (stripe size, width), with first device 0.
-    pub fn default_layout(&self) -> Layout {
-        let sb = &self.devices[0].superblock;
-        Layout::new(sb.stripe_size, sb.width, 0)
-    }
-
     /// Path of an inode's object file on a device.
     pub fn object_path(&self, device: usize, ino: u64) -> PathBuf {
         object_path(&self.devices[device].path, ino)
