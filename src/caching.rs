@@ -402,14 +402,7 @@ fn ensure_dir(ns: &Namespace, path: &str) -> std::result::Result<u64, String> {
             Ok(_) => return Err(format!("{part} is not a directory")),
             Err(_) => {
                 log::info!("creating the target folder {path}");
-                let node = crate::namespace::NewNode {
-                    kind: Kind::Dir,
-                    perm: 0o755,
-                    uid: 0,
-                    gid: 0,
-                    rdev: 0,
-                    symlink: b"",
-                };
+                let node = crate::namespace::NewNode::new(Kind::Dir, 0o755);
                 let layout = stripe::Layout::new(65536, 1, 0);
                 ns.create(at, part.as_bytes(), node, layout, 1)
                     .map_err(|e| e.to_string())?

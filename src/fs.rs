@@ -248,12 +248,8 @@ impl Filesystem for StripeFs {
             return reply.error(Errno::EINVAL);
         }
         let node = NewNode {
-            kind,
-            perm: (mode & 0o7777) as u16,
-            uid: 0,
-            gid: 0,
             rdev,
-            symlink: b"",
+            ..NewNode::new(kind, mode)
         };
         self.entry(reply, self.new_node(req, parent.0, name, node));
     }
@@ -267,14 +263,7 @@ impl Filesystem for StripeFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let node = NewNode {
-            kind: Kind::Dir,
-            perm: (mode & 0o7777) as u16,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            symlink: b"",
-        };
+        let node = NewNode::new(Kind::Dir, mode);
         self.entry(reply, self.new_node(req, parent.0, name, node));
     }
 
@@ -299,12 +288,8 @@ impl Filesystem for StripeFs {
             return reply.error(Errno::ENAMETOOLONG);
         }
         let node = NewNode {
-            kind: Kind::Symlink,
-            perm: 0o777,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
             symlink: target,
+            ..NewNode::new(Kind::Symlink, 0o777)
         };
         self.entry(reply, self.new_node(req, parent.0, link_name, node));
     }
@@ -651,14 +636,7 @@ impl Filesystem for StripeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let node = NewNode {
-            kind: Kind::File,
-            perm: (mode & 0o7777) as u16,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            symlink: b"",
-        };
+        let node = NewNode::new(Kind::File, mode);
         match self.new_node(req, parent.0, name, node) {
             Ok(i) => {
                 self.engine.ns.opened(i.ino);

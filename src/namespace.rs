@@ -119,6 +119,21 @@ pub struct NewNode<'a> {
     pub symlink: &'a [u8],
 }
 
+impl NewNode<'static> {
+    /// A node of `kind` and permission bits `perm` (07777), owned by root until the caller
+    /// says otherwise.
+    pub fn new(kind: Kind, perm: u32) -> NewNode<'static> {
+        NewNode {
+            kind,
+            perm: (perm & 0o7777) as u16,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: b"",
+        }
+    }
+}
+
 /// Attribute changes, as setattr(2)-family calls ask for them.
 #[derive(Default)]
 pub struct SetAttr {
