@@ -838,16 +838,21 @@ impl Namespace {
 
     /// Last close of an unlinked inode frees it. Returns true if that was the last handle.
     pub fn released(&self, ino: u64) -> Result<bool> {
-        self.mutate(|st, ch| {
-            let n = st.open.entry(ino).or_insert(1);
-            *n = n.saturating_sub(1);
-            let last = *n == 0;
-            if last {
-                st.open.remove(&ino);
-                st.free_if_unused(ch, ino);
-            }
-            Ok(last)
-        })
+        let mut st = self.state.write();
+        let n = st.open.entry(ino).or_insert(1);
+        *n = n.saturating_sub(1);
+        if *n > 0 {
+            return Ok(false);
+        }
+        st.open.remove(&ino);
+        // Only an unlinked inode changes anything on its last close: most closes need no
+        // transaction.
+        if matches!(st.inodes.get(&ino), Some(i) if i.nlink == 0) {
+            let mut ch = Changes::default();
+            st.free_if_unused(&mut ch, ino);
+            self.persist(&mut st, ch, Durability::None)?;
+        }
+        Ok(true)
     }
 
     /// Directory entries, in name order (a snapshot for one directory stream).
