@@ -44,15 +44,7 @@ impl StripeFs {
     }
 
     fn attr(&self, i: &Inode) -> FileAttr {
-        let kind = match i.kind {
-            Kind::File => FileType::RegularFile,
-            Kind::Dir => FileType::Directory,
-            Kind::Symlink => FileType::Symlink,
-            Kind::Fifo => FileType::NamedPipe,
-            Kind::Socket => FileType::Socket,
-            Kind::CharDev => FileType::CharDevice,
-            Kind::BlockDev => FileType::BlockDevice,
-        };
+        let kind = file_type(i.kind);
         // A full stripe row is the natural unit of I/O for a file.
         let blksize = i
             .layout
@@ -120,6 +112,18 @@ impl StripeFs {
         } else {
             FopenFlags::empty()
         }
+    }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
     }
 }
 
@@ -482,15 +486,7 @@ impl Filesystem for StripeFs {
             .enumerate()
             .skip(offset as usize)
         {
-            let ft = match kind {
-                Kind::File => FileType::RegularFile,
-                Kind::Dir => FileType::Directory,
-                Kind::Symlink => FileType::Symlink,
-                Kind::Fifo => FileType::NamedPipe,
-                Kind::Socket => FileType::Socket,
-                Kind::CharDev => FileType::CharDevice,
-                Kind::BlockDev => FileType::BlockDevice,
-            };
+            let ft = file_type(*kind);
             if reply.add(INodeNo(*child), i as u64 + 1, ft, OsStr::from_bytes(name)) {
                 break;
             }

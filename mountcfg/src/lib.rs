@@ -502,24 +502,20 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         }
     };
 
-    let width = match raw.width {
-        None => None,
-        Some(w) => {
-            let span = w.span();
-            let n = w.into_inner();
-            if n < 1 || n as usize > devices.len() {
-                return Err(ctx.err(
-                    span,
-                    "volume.width",
-                    format!(
-                        "width = {n}: must be from 1 to the number of devices ({})",
-                        devices.len()
-                    ),
-                ));
-            }
-            Some(n as u32)
-        }
-    };
+    let n = devices.len();
+    let width = raw
+        .width
+        .map(|w| {
+            checked(
+                ctx,
+                w,
+                "volume.width",
+                |x| x >= 1 && x as usize <= n,
+                &format!("must be from 1 to the number of devices ({n})"),
+            )
+        })
+        .transpose()?
+        .map(|w| w as u32);
 
     let meta = match raw.meta {
         None => None,
@@ -554,20 +550,12 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         .collect::<Result<_, _>>()?;
     let direct_device_io = match raw.device_io {
         None => false,
-        Some(d) => {
-            let span = d.span();
-            match d.into_inner().as_str() {
-                "buffered" => false,
-                "direct" => true,
-                other => {
-                    return Err(ctx.err(
-                        span,
-                        "volume.device_io",
-                        format!("device_io = \"{other}\": must be \"buffered\" or \"direct\""),
-                    ))
-                }
-            }
-        }
+        Some(d) => one_of(
+            ctx,
+            d,
+            "volume.device_io",
+            &[(&["buffered"], false), (&["direct"], true)],
+        )?,
     };
     Ok(VolumeSection {
         devices,
@@ -614,54 +602,39 @@ fn validate_fault(
     let devices = device_selection(ctx, f.device, "volume.fault.device", device_count)?;
     let reads = match f.op {
         None => None,
-        Some(o) => {
-            let span = o.span();
-            match o.into_inner().as_str() {
-                "read" => Some(true),
-                "write" => Some(false),
-                "any" => None,
-                other => {
-                    return Err(ctx.err(
-                        span,
-                        "volume.fault.op",
-                        format!("op = \"{other}\": must be \"read\", \"write\" or \"any\""),
-                    ))
-                }
-            }
-        }
+        Some(o) => one_of(
+            ctx,
+            o,
+            "volume.fault.op",
+            &[
+                (&["read"], Some(true)),
+                (&["write"], Some(false)),
+                (&["any"], None),
+            ],
+        )?,
     };
     let errno = match f.error {
         None => 5,
-        Some(e) => {
-            let span = e.span();
-            match e.into_inner().as_str() {
-                "eio" | "EIO" => 5,
-                "enospc" | "ENOSPC" => 28,
-                other => {
-                    return Err(ctx.err(
-                        span,
-                        "volume.fault.error",
-                        format!("error = \"{other}\": must be \"eio\" or \"enospc\""),
-                    ))
-                }
-            }
-        }
+        Some(e) => one_of(
+            ctx,
+            e,
+            "volume.fault.error",
+            &[(&["eio", "EIO"], 5), (&["enospc", "ENOSPC"], 28)],
+        )?,
     };
-    let rate = match f.rate {
-        None => 1.0,
-        Some(r) => {
-            let span = r.span();
-            let x = r.into_inner();
-            if !(0.0..=1.0).contains(&x) {
-                return Err(ctx.err(
-                    span,
-                    "volume.fault.rate",
-                    format!("rate = {x}: must be a share from 0 to 1"),
-                ));
-            }
-            x
-        }
-    };
+    let rate = f
+        .rate
+        .map(|r| {
+            checked(
+                ctx,
+                r,
+                "volume.fault.rate",
+                |x| (0.0..=1.0).contains(&x),
+                "must be a share from 0 to 1",
+            )
+        })
+        .transpose()?
+        .unwrap_or(1.0);
     let range = match f.range {
         None => None,
         Some(r) => {
@@ -730,26 +703,17 @@ fn validate_emulation(
                 ),
             ));
         }
-        let rate = |v: Option<Spanned<f64>>, key: &str| -> Result<Option<f64>, ConfigError> {
-            match v {
-                None => Ok(None),
-                Some(v) => {
-                    let span = v.span();
-                    let x = v.into_inner();
-                    if x.is_finite() && x > 0.0 {
-                        Ok(Some(x))
-                    } else {
-                        Err(ctx.err(
-                            span,
-                            key,
-                            format!(
-                                "{} = {x}: must be a positive number of MB/s",
-                                key.rsplit('.').next().unwrap_or(key)
-                            ),
-                        ))
-                    }
-                }
-            }
+        let rate = |v: Option<Spanned<f64>>, key: &str| {
+            v.map(|v| {
+                checked(
+                    ctx,
+                    v,
+                    key,
+                    |x| x.is_finite() && x > 0.0,
+                    "must be a positive number of MB/s",
+                )
+            })
+            .transpose()
         };
         let read_mbps = rate(e.read_mbps, "volume.emulate.read_mbps")?;
         let write_mbps = rate(e.write_mbps, "volume.emulate.write_mbps")?;
@@ -757,21 +721,19 @@ fn validate_emulation(
             .access
             .map(|a| duration_value(ctx, a, "volume.emulate.access"))
             .transpose()?;
-        let queue = match e.queue {
-            None => None,
-            Some(q) => {
-                let span = q.span();
-                let n = q.into_inner();
-                if !(1..=1024).contains(&n) {
-                    return Err(ctx.err(
-                        span,
-                        "volume.emulate.queue",
-                        format!("queue = {n}: must be from 1 to 1024"),
-                    ));
-                }
-                Some(n as usize)
-            }
-        };
+        let queue = e
+            .queue
+            .map(|q| {
+                checked(
+                    ctx,
+                    q,
+                    "volume.emulate.queue",
+                    |n| (1..=1024).contains(&n),
+                    "must be from 1 to 1024",
+                )
+            })
+            .transpose()?
+            .map(|n| n as usize);
         if profile == "custom" && (read_mbps.is_none() || write_mbps.is_none() || access.is_none())
         {
             return Err(ctx.err(
@@ -807,31 +769,25 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
         m.writeback_cache = v;
     }
     if let Some(t) = raw.threads {
-        let span = t.span();
-        let n = t.into_inner();
-        if !(1..=64).contains(&n) {
-            return Err(ctx.err(
-                span,
-                "mount.threads",
-                format!("threads = {n}: must be from 1 to 64"),
-            ));
-        }
-        m.threads = n as usize;
+        m.threads = checked(
+            ctx,
+            t,
+            "mount.threads",
+            |n| (1..=64).contains(&n),
+            "must be from 1 to 64",
+        )? as usize;
     }
     if let Some(d) = raw.direct_io {
-        let span = d.span();
-        m.direct_io = match d.into_inner().as_str() {
-            "auto" => DirectIo::Auto,
-            "always" => DirectIo::Always,
-            "never" => DirectIo::Never,
-            other => {
-                return Err(ctx.err(
-                    span,
-                    "mount.direct_io",
-                    format!("direct_io = \"{other}\": must be \"auto\", \"always\" or \"never\""),
-                ))
-            }
-        };
+        m.direct_io = one_of(
+            ctx,
+            d,
+            "mount.direct_io",
+            &[
+                (&["auto"], DirectIo::Auto),
+                (&["always"], DirectIo::Always),
+                (&["never"], DirectIo::Never),
+            ],
+        )?;
     }
     if let Some(t) = raw.attr_timeout {
         m.attr_timeout = duration_value(ctx, t, "mount.attr_timeout")?;
@@ -844,6 +800,54 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
     }
     m.fsname = raw.fsname;
     Ok(m)
+}
+
+const SHARE_RULE: &str = "must be a share above 0 and at most 1";
+
+/// A number that must pass `ok`; the message is `key = value: rule`.
+fn checked<N: Copy + std::fmt::Display>(
+    ctx: &Ctx,
+    v: Spanned<N>,
+    key: &str,
+    ok: impl Fn(N) -> bool,
+    rule: &str,
+) -> Result<N, ConfigError> {
+    let span = v.span();
+    let n = v.into_inner();
+    if ok(n) {
+        Ok(n)
+    } else {
+        let short = key.rsplit('.').next().unwrap_or(key);
+        Err(ctx.err(span, key, format!("{short} = {n}: {rule}")))
+    }
+}
+
+/// One of a few words; each option is its spellings (the first is shown) and its value.
+fn one_of<T: Copy>(
+    ctx: &Ctx,
+    v: Spanned<String>,
+    key: &str,
+    options: &[(&[&str], T)],
+) -> Result<T, ConfigError> {
+    let span = v.span();
+    let text = v.into_inner();
+    if let Some((_, value)) = options
+        .iter()
+        .find(|(names, _)| names.contains(&text.as_str()))
+    {
+        return Ok(*value);
+    }
+    let shown: Vec<String> = options
+        .iter()
+        .map(|(names, _)| format!("\"{}\"", names[0]))
+        .collect();
+    let list = match shown.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    let short = key.rsplit('.').next().unwrap_or(key);
+    Err(ctx.err(span, key, format!("{short} = \"{text}\": must be {list}")))
 }
 
 fn duration_value(ctx: &Ctx, v: Spanned<String>, key: &str) -> Result<Duration, ConfigError> {
@@ -1000,20 +1004,12 @@ fn validate_cache(
     let mode = mode_value(ctx, raw.mode, "cache.mode", "wt")?;
     let default_all = match raw.default {
         None => true,
-        Some(d) => {
-            let span = d.span();
-            match d.into_inner().as_str() {
-                "all" => true,
-                "targets" => false,
-                other => {
-                    return Err(ctx.err(
-                        span,
-                        "cache.default",
-                        format!("default = \"{other}\": must be \"all\" or \"targets\""),
-                    ))
-                }
-            }
-        }
+        Some(d) => one_of(
+            ctx,
+            d,
+            "cache.default",
+            &[(&["all"], true), (&["targets"], false)],
+        )?,
     };
     let mut section = CacheSection {
         store,
@@ -1054,76 +1050,67 @@ fn validate_cache(
             section.wake_up = Duration::from_millis(10);
         }
         if let Some(b) = c.batch {
-            let span = b.span();
-            let n = b.into_inner();
-            if !(1..=65536).contains(&n) {
-                return Err(ctx.err(
-                    span,
-                    "cache.cleaner.batch",
-                    format!("batch = {n}: must be from 1 to 65536"),
-                ));
-            }
-            section.batch = n as usize;
+            section.batch = checked(
+                ctx,
+                b,
+                "cache.cleaner.batch",
+                |n| (1..=65536).contains(&n),
+                "must be from 1 to 65536",
+            )? as usize;
         }
         if let Some(d) = c.dirty_high {
-            let span = d.span();
-            let x = d.into_inner();
-            if !(x > 0.0 && x <= 1.0) {
-                return Err(ctx.err(
-                    span,
-                    "cache.cleaner.dirty_high",
-                    format!("dirty_high = {x}: must be a share above 0 and at most 1"),
-                ));
-            }
-            section.dirty_high = x;
+            section.dirty_high = checked(
+                ctx,
+                d,
+                "cache.cleaner.dirty_high",
+                |x| x > 0.0 && x <= 1.0,
+                SHARE_RULE,
+            )?;
         }
     }
     if let Some(c) = raw.seq_cutoff {
         if let Some(p) = c.policy {
-            let span = p.span();
-            let text = p.into_inner();
-            if !["always", "full", "never"].contains(&text.as_str()) {
-                return Err(ctx.err(
-                    span,
-                    "cache.seq_cutoff.policy",
-                    format!("policy = \"{text}\": must be \"always\", \"full\" or \"never\""),
-                ));
-            }
-            section.seq_cutoff = text;
+            section.seq_cutoff = one_of(
+                ctx,
+                p,
+                "cache.seq_cutoff.policy",
+                &[
+                    (&["always"], "always"),
+                    (&["full"], "full"),
+                    (&["never"], "never"),
+                ],
+            )?
+            .to_string();
         }
         if let Some(t) = c.threshold {
             section.seq_threshold = size_value(ctx, t, "cache.seq_cutoff.threshold")?.0;
         }
     }
     if let Some(p) = raw.promotion {
-        let policy = p.policy.map(|s| (s.span(), s.into_inner()));
-        match policy.as_ref().map(|(sp, t)| (sp.clone(), t.as_str())) {
-            None | Some((_, "always")) => {}
-            Some((_, "nhit")) => {
-                let hits = match p.hits {
-                    None => 3,
-                    Some(h) => {
-                        let span = h.span();
-                        let n = h.into_inner();
-                        if !(1..=1000).contains(&n) {
-                            return Err(ctx.err(
-                                span,
-                                "cache.promotion.hits",
-                                format!("hits = {n}: must be from 1 to 1000"),
-                            ));
-                        }
-                        n as u32
-                    }
-                };
-                section.promotion_hits = Some(hits);
-            }
-            Some((span, other)) => {
-                return Err(ctx.err(
-                    span,
-                    "cache.promotion.policy",
-                    format!("policy = \"{other}\": must be \"always\" or \"nhit\""),
-                ))
-            }
+        let nhit = match p.policy {
+            None => false,
+            Some(policy) => one_of(
+                ctx,
+                policy,
+                "cache.promotion.policy",
+                &[(&["always"], false), (&["nhit"], true)],
+            )?,
+        };
+        if nhit {
+            let hits = p
+                .hits
+                .map(|h| {
+                    checked(
+                        ctx,
+                        h,
+                        "cache.promotion.hits",
+                        |n| (1..=1000).contains(&n),
+                        "must be from 1 to 1000",
+                    )
+                })
+                .transpose()?
+                .unwrap_or(3);
+            section.promotion_hits = Some(hits as u32);
         }
     }
     for t in raw.target {
@@ -1143,36 +1130,32 @@ fn validate_cache(
             ));
         }
         let mode = mode_value(ctx, t.mode, "cache.target.mode", &section.mode)?;
-        let priority = match t.priority {
-            None => 0,
-            Some(p) => {
-                let span = p.span();
-                let n = p.into_inner();
-                if !(0..=255).contains(&n) {
-                    return Err(ctx.err(
-                        span,
-                        "cache.target.priority",
-                        format!("priority = {n}: must be from 0 (kept longest) to 255"),
-                    ));
-                }
-                n as u8
-            }
-        };
-        let allocation = match t.allocation {
-            None => 1.0,
-            Some(a) => {
-                let span = a.span();
-                let x = a.into_inner();
-                if !(x > 0.0 && x <= 1.0) {
-                    return Err(ctx.err(
-                        span,
-                        "cache.target.allocation",
-                        format!("allocation = {x}: must be a share above 0 and at most 1"),
-                    ));
-                }
-                x
-            }
-        };
+        let priority = t
+            .priority
+            .map(|p| {
+                checked(
+                    ctx,
+                    p,
+                    "cache.target.priority",
+                    |n| (0..=255).contains(&n),
+                    "must be from 0 (kept longest) to 255",
+                )
+            })
+            .transpose()?
+            .unwrap_or(0) as u8;
+        let allocation = t
+            .allocation
+            .map(|a| {
+                checked(
+                    ctx,
+                    a,
+                    "cache.target.allocation",
+                    |x| x > 0.0 && x <= 1.0,
+                    SHARE_RULE,
+                )
+            })
+            .transpose()?
+            .unwrap_or(1.0);
         section.targets.push(TargetSection {
             path: if clean.is_empty() {
                 "/".into()
