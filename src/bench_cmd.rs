@@ -3,6 +3,7 @@
 //! reporting and charting is the `bench` crate's; here volumes are built and mounted.
 
 use crate::error::{Error, Result};
+use bench::report::Driver;
 use bench::{profile, Report, RunSpec, Target};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -70,6 +71,17 @@ pub enum BenchAction {
         #[arg(long, default_value = "buffered")]
         device_io: String,
     },
+    /// Measure directories side by side, interleaved, the first as the baseline: a backing
+    /// directory, then stripefs mounts over it. Drives fio (libaio) when it is installed, as
+    /// the data path's published tables were measured, else the built-in engine
+    Compare {
+        /// The baseline (e.g. a raw backing directory), then the directories to compare
+        #[arg(required = true, num_args = 2..)]
+        dirs: Vec<PathBuf>,
+        /// Use the built-in engine even when fio is installed
+        #[arg(long)]
+        no_fio: bool,
+    },
     /// Reproduce a seed experiment: cas (an emulated HDD behind an emulated SATA SSD or NVMe
     /// cache) or raidcard (RAM disks on emulated SATA ports)
     Preset {
@@ -118,6 +130,7 @@ impl Plan {
 
     fn report(&self, baseline: Option<Target>, targets: Vec<Target>) -> Report {
         Report {
+            measured_by: Driver::Engine.describe().into(),
             profile: self.opts.profile.clone(),
             size: self.spec.size,
             duration_secs: self.spec.duration.as_secs_f64(),
@@ -202,16 +215,13 @@ impl Ctx {
     }
 }
 
-/// `stripefs bench DIR`: one target, any directory.
-pub fn bench_dir(dir: &Path, opts: &BenchOpts) -> Result<()> {
-    let plan = plan(opts)?;
-    let ctx = Ctx::new(plan.tests())?;
+/// A target for `dir`; a stripefs mount says what it is (devices, layout, I/O engine).
+fn describe_target(dir: &Path) -> Target {
     let mut target = Target {
         label: dir.display().to_string(),
         path: dir.to_path_buf(),
         ..Target::default()
     };
-    // A stripefs mount says what it is.
     if let Ok(status) = crate::xattr::volume_status(dir) {
         target.devices = status["devices"].as_array().map(|d| d.len());
         target.stripe_size = status["stripe_size"].as_u64().map(|s| s as u32);
@@ -229,16 +239,67 @@ pub fn bench_dir(dir: &Path, opts: &BenchOpts) -> Result<()> {
             })
             .collect();
         target.label = format!(
-            "{} (stripefs, {} devices, {})",
+            "{} (stripefs, {} devices, {}, io engine {})",
             dir.display(),
             target.devices.unwrap_or(0),
-            status["layout"].as_str().unwrap_or("")
+            status["layout"].as_str().unwrap_or(""),
+            status["options"]["io_engine"].as_str().unwrap_or("?")
         );
     }
+    target
+}
+
+/// `stripefs bench DIR`: one target, any directory.
+pub fn bench_dir(dir: &Path, opts: &BenchOpts) -> Result<()> {
+    let plan = plan(opts)?;
+    let ctx = Ctx::new(plan.tests())?;
+    let mut target = describe_target(dir);
     let r = plan.measure(dir, &mut target, &ctx);
     ctx.bar.finish_and_clear();
     r?;
     plan.output(&plan.report(None, vec![target]), None)
+}
+
+/// `stripefs bench compare BASE DIR...`: every test on every directory in turn, ratios to BASE.
+pub fn compare(dirs: &[PathBuf], no_fio: bool, opts: &BenchOpts) -> Result<()> {
+    let plan = plan(opts)?;
+    let fio_here = Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let driver = if fio_here && !no_fio {
+        Driver::FioLibaio
+    } else {
+        Driver::Engine
+    };
+    let ctx = Ctx::new(plan.tests() * dirs.len() as u64)?;
+    let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let measured = bench::report::compare(
+        &paths,
+        &plan.jobs,
+        &plan.spec,
+        plan.opts.runs,
+        driver,
+        &ctx.stop,
+        &mut |t| {
+            ctx.bar.set_message(t.to_string());
+            ctx.bar.inc(1);
+        },
+    );
+    ctx.bar.finish_and_clear();
+    let measured = measured.map_err(|e| Error::Usage(format!("measuring: {e}")))?;
+    let mut targets: Vec<Target> = dirs
+        .iter()
+        .zip(measured)
+        .map(|(d, results)| Target {
+            results,
+            ..describe_target(d)
+        })
+        .collect();
+    let baseline = targets.remove(0);
+    let mut report = plan.report(Some(baseline), targets);
+    report.measured_by = driver.describe().into();
+    plan.output(&report, None)
 }
 
 /// A volume built for one sweep configuration; unmounted and removed when dropped.

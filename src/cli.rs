@@ -384,6 +384,7 @@ fn run(command: Command) -> Result<i32> {
                     device_io,
                 }), _) => b::sweep(&opts, &devices, &stripe_sizes, &widths, &cache, emulate, &device_io),
                 (Some(BenchAction::Preset { name, dir }), _) => b::preset(&opts, &name, &dir),
+                (Some(BenchAction::Compare { dirs, no_fio }), _) => b::compare(&dirs, no_fio, &opts),
                 (None, Some(dir)) => b::bench_dir(&dir, &opts),
                 (None, None) => Err(Error::Usage(
                     "give a directory to measure, or `sweep` or `preset` (see stripefs bench --help)"
@@ -866,7 +867,13 @@ fn print_status(s: &serde_json::Value) {
     }
     let o = &s["options"];
     println!(
-        "\noptions     threads={} direct_io={} writeback_cache={} allow_other={} \
+        "\nio engine   {} (max_background={}, io_threads={} per device for the threads engine)",
+        o["io_engine"].as_str().unwrap_or("?"),
+        o["max_background"],
+        o["io_threads"]
+    );
+    println!(
+        "options     threads={} direct_io={} writeback_cache={} allow_other={} \
          default_permissions={} ro={} attr_timeout={}ms commit_interval={}ms",
         o["threads"],
         o["direct_io"].as_str().unwrap_or("?"),

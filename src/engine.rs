@@ -3,6 +3,7 @@
 
 use crate::caching::Caching;
 use crate::error::{errno, Error, Result};
+use crate::janitor::Janitor;
 use crate::namespace::{Inode, Kind, Namespace};
 use dashmap::DashMap;
 use parking_lot::RwLock;
@@ -10,7 +11,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use stripe::{Layout, Volume};
+use stripe::{IoBuf, Layout, Volume};
 
 pub struct Engine {
     pub config: mountcfg::Config,
@@ -20,6 +21,8 @@ pub struct Engine {
     pub caching: Option<Caching>,
     /// Per-inode data lock: reads and writes share it, truncate and migrate take it alone.
     io_locks: DashMap<u64, Arc<RwLock<()>>>,
+    /// Runs what must not wait on a completion thread.
+    janitor: Janitor,
     /// Serialises commits so the doomed-object deletes of one never race another's.
     commit_lock: parking_lot::Mutex<()>,
     started: Instant,
@@ -64,6 +67,27 @@ fn sweep_after_crash(volume: &Volume, ns: &Namespace, inodes: &[Inode]) -> Resul
          trimmed {trimmed} past their file's size"
     );
     Ok(())
+}
+
+/// The I/O engine a mount uses: the config's `[mount] io_engine`, unless the environment
+/// variable `STRIPEFS_IO_ENGINE` says otherwise (the CI runs the I/O tests once per engine).
+fn io_engine_choice(config: &mountcfg::Config) -> Result<stripe::EngineChoice> {
+    use stripe::EngineChoice;
+    if let Ok(v) = std::env::var("STRIPEFS_IO_ENGINE") {
+        return match v.as_str() {
+            "auto" => Ok(EngineChoice::Auto),
+            "uring" | "io_uring" => Ok(EngineChoice::Uring),
+            "threads" => Ok(EngineChoice::Threads),
+            _ => Err(Error::Usage(format!(
+                "STRIPEFS_IO_ENGINE={v}: must be auto, uring or threads"
+            ))),
+        };
+    }
+    Ok(match config.mount.io_engine {
+        mountcfg::IoEngine::Auto => EngineChoice::Auto,
+        mountcfg::IoEngine::Uring => EngineChoice::Uring,
+        mountcfg::IoEngine::Threads => EngineChoice::Threads,
+    })
 }
 
 /// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
@@ -168,6 +192,10 @@ pub struct Options {
     pub default_permissions: bool,
     pub read_only: bool,
     pub threads: usize,
+    /// The engine that runs device I/O: "uring" or "threads".
+    pub io_engine: String,
+    pub io_threads: usize,
+    pub max_background: u16,
     pub direct_io: String,
     pub writeback_cache: bool,
     pub attr_timeout_ms: u64,
@@ -206,6 +234,8 @@ impl Engine {
             }
         }
         volume.set_direct_io(config.volume.direct_device_io);
+        let engine = volume.start_engine(io_engine_choice(&config)?, config.mount.io_threads)?;
+        log::info!("device I/O engine: {}", engine.name());
         for f in &config.volume.faults {
             for &d in &f.devices {
                 log::warn!("fault injected on device {d}: {f:?}");
@@ -258,6 +288,8 @@ impl Engine {
             volume,
             ns,
             io_locks: DashMap::new(),
+            janitor: Janitor::start()
+                .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
             commit_lock: parking_lot::Mutex::new(()),
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
@@ -286,62 +318,110 @@ impl Engine {
         }
     }
 
-    /// Reads up to `size` bytes at `offset`, stopping at end of file.
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let lock = self.io_lock(ino);
-        let _shared = lock.read();
-        let (inode, layout) = self.file(ino)?;
+    /// Reads up to `size` bytes at `offset`, stopping at end of file, and hands them to
+    /// `done`: when the devices answer, or at once from the cache. The file's data lock is held
+    /// (shared) until then, so no truncate or migrate runs under a read in flight.
+    pub fn read(
+        self: &Arc<Self>,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        done: impl FnOnce(Result<IoBuf>) + Send + 'static,
+    ) {
+        let shared = self.io_lock(ino).read_arc();
+        let (inode, layout) = match self.file(ino) {
+            Ok(f) => f,
+            Err(e) => return done(Err(e)),
+        };
         if offset >= inode.size {
-            return Ok(Vec::new());
+            return done(Ok(IoBuf::zeroed(0)));
         }
         let len = (inode.size - offset).min(size as u64) as usize;
-        let mut buf = vec![0u8; len];
-        match &self.caching {
-            Some(c) => {
-                let class = c.class_of(&self.ns, ino);
-                c.cache
-                    .read(inode.object, offset, &mut buf, class)
-                    .map_err(io_error)?
+        if let Some(c) = &self.caching {
+            let class = c.class_of(&self.ns, ino);
+            let mut buf = IoBuf::zeroed(len);
+            let r = c.cache.read(inode.object, offset, &mut buf, class);
+            drop(shared);
+            if r.is_ok() {
+                self.ns.note_read(ino);
             }
-            None => self.volume.read(inode.object, &layout, offset, &mut buf)?,
+            return done(r.map(|()| buf).map_err(io_error));
         }
-        self.ns.note_read(ino);
-        Ok(buf)
+        let me = self.clone();
+        self.volume
+            .read_async(inode.object, &layout, offset, len, move |r| {
+                drop(shared);
+                if r.is_ok() {
+                    me.ns.note_read(ino);
+                }
+                done(r.map_err(Error::from))
+            });
     }
 
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<Inode> {
-        let end = offset
+    /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
+    /// has the data, or at once through the cache.
+    pub fn write(
+        self: &Arc<Self>,
+        ino: u64,
+        offset: u64,
+        data: IoBuf,
+        done: impl FnOnce(Result<Inode>) + Send + 'static,
+    ) {
+        let Some(end) = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
-            .ok_or(Error::Errno(libc::EFBIG))?;
-        let lock = self.io_lock(ino);
-        let shared = lock.read();
-        let (inode, layout) = self.file(ino)?;
-        let written = match &self.caching {
-            Some(c) => {
-                let class = c.class_of(&self.ns, ino);
-                c.cache
-                    .write(inode.object, offset, data, class)
-                    .map_err(io_error)
-            }
-            None => self
-                .volume
-                .write(inode.object, &layout, offset, data)
-                .map_err(Error::from),
+        else {
+            return done(Err(Error::Errno(libc::EFBIG)));
         };
-        if let Err(e) = written {
-            // Part of a failed write past the end may have reached some devices: cut it off,
-            // alone on the file so no other writer is past the recorded size meanwhile.
-            if end > inode.size && self.caching.is_none() {
+        let shared = self.io_lock(ino).read_arc();
+        let (inode, layout) = match self.file(ino) {
+            Ok(f) => f,
+            Err(e) => return done(Err(e)),
+        };
+        if let Some(c) = &self.caching {
+            let class = c.class_of(&self.ns, ino);
+            let r = c.cache.write(inode.object, offset, &data, class);
+            drop(shared);
+            return done(
+                r.map_err(io_error)
+                    .and_then(|()| self.ns.note_write(ino, end)),
+            );
+        }
+        let me = self.clone();
+        self.volume
+            .write_async(inode.object, &layout, offset, data, move |r| {
                 drop(shared);
+                match r {
+                    Ok(()) => done(me.ns.note_write(ino, end)),
+                    Err(e) if end > inode.size => {
+                        me.trim_after_failed_write(ino, layout, move || done(Err(e.into())))
+                    }
+                    Err(e) => done(Err(e.into())),
+                }
+            });
+    }
+
+    /// Part of a failed write past the end may have reached some devices: cut it off before
+    /// the caller hears of the failure, alone on the file so no other writer is past the
+    /// recorded size meanwhile. Waiting for the file's data lock must not hold up a
+    /// completion, so the janitor thread does it.
+    fn trim_after_failed_write(
+        self: &Arc<Self>,
+        ino: u64,
+        layout: Layout,
+        then: impl FnOnce() + Send + 'static,
+    ) {
+        let me = self.clone();
+        self.janitor.run(move || {
+            {
+                let lock = me.io_lock(ino);
                 let _alone = lock.write();
-                if let Ok(now) = self.ns.get(ino) {
-                    let _ = self.volume.truncate(now.object, &layout, now.size);
+                if let Ok(now) = me.ns.get(ino) {
+                    let _ = me.volume.truncate(now.object, &layout, now.size);
                 }
             }
-            return Err(e);
-        }
-        self.ns.note_write(ino, end)
+            then()
+        });
     }
 
     /// Sets a file's size: objects are cut first, so growing later reads zeros.
@@ -593,6 +673,9 @@ impl Engine {
                 default_permissions: m.default_permissions,
                 read_only: m.read_only,
                 threads: m.threads,
+                io_engine: self.volume.engine_kind().name().into(),
+                io_threads: m.io_threads,
+                max_background: m.max_background,
                 direct_io: format!("{:?}", m.direct_io).to_lowercase(),
                 writeback_cache: m.writeback_cache,
                 attr_timeout_ms: m.attr_timeout.as_millis() as u64,

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use stripe::IoBuf;
 
 const MAX_WRITE: u32 = 1 << 20;
 const BLOCK: u32 = 4096;
@@ -155,7 +156,7 @@ impl Filesystem for StripeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
-        let _ = config.set_max_background(64);
+        let _ = config.set_max_background(self.engine.config.mount.max_background);
         let mut want = InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_ATOMIC_O_TRUNC;
@@ -375,10 +376,10 @@ impl Filesystem for StripeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.engine.read(ino.0, offset, size) {
+        self.engine.read(ino.0, offset, size, move |r| match r {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(err(&e)),
-        }
+        });
     }
 
     fn write(
@@ -393,10 +394,13 @@ impl Filesystem for StripeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.engine.write(ino.0, offset, data) {
-            Ok(_) => reply.written(data.len() as u32),
-            Err(e) => reply.error(err(&e)),
-        }
+        // The session's buffer is reused once this returns: the engine gets its own copy.
+        let len = data.len() as u32;
+        self.engine
+            .write(ino.0, offset, IoBuf::copy_of(data), move |r| match r {
+                Ok(_) => reply.written(len),
+                Err(e) => reply.error(err(&e)),
+            });
     }
 
     fn flush(

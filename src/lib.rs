@@ -10,5 +10,6 @@ pub mod engine;
 pub mod error;
 pub mod fs;
 pub mod fsck;
+pub mod janitor;
 pub mod namespace;
 pub mod xattr;

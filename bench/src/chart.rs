@@ -255,6 +255,7 @@ mod tests {
             duration_secs: 1.0,
             runs: 1,
             direct: true,
+            measured_by: "engine".into(),
             baseline: Some(target(0, 0, 500.0)).map(|mut t| {
                 t.stripe_size = None;
                 t.width = None;

@@ -5,28 +5,69 @@ use crate::profile::{Job, Pattern};
 use std::io;
 use std::process::Command;
 
-/// Runs fio for one test and reads its JSON output. fio works the way the engine does (one
-/// blocking psync worker per queue slot, Q x T of them, sequential streams spread over the
-/// file), so the two should agree; a libaio run would measure a different I/O path.
-pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
-    let rw = match (job.pattern, read) {
+fn rw(job: &Job, read: bool) -> &'static str {
+    match (job.pattern, read) {
         (Pattern::Seq, true) => "read",
         (Pattern::Seq, false) => "write",
         (Pattern::Rand, true) => "randread",
         (Pattern::Rand, false) => "randwrite",
-    };
+    }
+}
+
+/// Runs fio for one test and reads its JSON output. fio works the way the engine does (one
+/// blocking psync worker per queue slot, Q x T of them, sequential streams spread over the
+/// file), so the two should agree; a libaio run would measure a different I/O path.
+pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
+    let workers = job.queue_depth * job.threads;
+    fio(
+        file,
+        job,
+        read,
+        spec,
+        &[
+            format!("--numjobs={workers}"),
+            format!(
+                "--offset_increment={}",
+                file.size / workers as u64 / 4096 * 4096
+            ),
+            "--ioengine=psync".into(),
+            "--thread".into(),
+        ],
+    )
+}
+
+/// The test as CrystalDiskMark and the published tables run it: libaio, queue depth Q from
+/// each of T jobs (direct I/O, so the queue reaches the filesystem).
+pub fn run_libaio(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
+    fio(
+        file,
+        job,
+        read,
+        spec,
+        &[
+            format!("--iodepth={}", job.queue_depth),
+            format!("--numjobs={}", job.threads),
+            "--ioengine=libaio".into(),
+            "--norandommap".into(),
+            "--randrepeat=0".into(),
+        ],
+    )
+}
+
+fn fio(
+    file: &TestFile,
+    job: &Job,
+    read: bool,
+    spec: &RunSpec,
+    extra: &[String],
+) -> io::Result<Measured> {
     let out = Command::new("fio")
-        .arg("--name=crosscheck")
+        .arg("--name=stripefs")
         .arg(format!("--filename={}", file.path.display()))
         .arg(format!("--size={}", file.size))
-        .arg(format!("--rw={rw}"))
+        .arg(format!("--rw={}", rw(job, read)))
         .arg(format!("--bs={}", job.block_size))
-        .arg(format!("--numjobs={}", job.queue_depth * job.threads))
-        .arg(format!(
-            "--offset_increment={}",
-            file.size / (job.queue_depth * job.threads) as u64 / 4096 * 4096
-        ))
-        .args(["--ioengine=psync", "--thread"])
+        .args(extra)
         .arg(format!("--direct={}", u8::from(spec.direct)))
         .arg(format!("--runtime={:.3}", spec.duration.as_secs_f64()))
         .args(["--time_based", "--group_reporting", "--output-format=json"])

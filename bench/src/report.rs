@@ -42,6 +42,8 @@ pub struct Report {
     pub duration_secs: f64,
     pub runs: usize,
     pub direct: bool,
+    /// What drove the I/O: the built-in engine, or fio.
+    pub measured_by: String,
     /// A backing directory measured with no FUSE in the same run.
     pub baseline: Option<Target>,
     pub targets: Vec<Target>,
@@ -94,6 +96,88 @@ pub fn measure(
     Ok(out)
 }
 
+/// Which tool drives a comparison's I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// The built-in engine: one blocking worker per queue slot.
+    Engine,
+    /// fio with libaio: real queue depth from one thread, as the published figures were taken.
+    FioLibaio,
+}
+
+impl Driver {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Driver::Engine => "the built-in engine (one psync worker per queue slot)",
+            Driver::FioLibaio => "fio (ioengine=libaio, iodepth=Q, numjobs=T)",
+        }
+    }
+}
+
+/// Measures every directory with every test, interleaved (each test runs on every directory
+/// in turn, `runs` rounds), so slow drifts of a shared machine hit all of them alike.
+/// Returns each directory's results in the order of `dirs`.
+pub fn compare(
+    dirs: &[&Path],
+    jobs: &[Job],
+    spec: &RunSpec,
+    runs: usize,
+    driver: Driver,
+    stop: &AtomicBool,
+    on_test: &mut dyn FnMut(&str),
+) -> io::Result<Vec<Vec<TestResult>>> {
+    let files = dirs
+        .iter()
+        .map(|d| TestFile::create(d, spec.size))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut tests = Vec::new();
+    for read in [true, false] {
+        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
+            tests.push((job, read));
+        }
+    }
+    let mut measured = vec![vec![Vec::new(); tests.len()]; dirs.len()];
+    for _ in 0..runs.max(1) {
+        for (t, &(job, read)) in tests.iter().enumerate() {
+            for (d, file) in files.iter().enumerate() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                }
+                let direction = if read { "read" } else { "write" };
+                on_test(&format!(
+                    "{} {direction} on {}",
+                    job.name(),
+                    dirs[d].display()
+                ));
+                measured[d][t].push(match driver {
+                    Driver::Engine => engine::run(file, job, read, spec, stop)?,
+                    Driver::FioLibaio => fio::run_libaio(file, job, read, spec)?,
+                });
+            }
+        }
+    }
+    Ok(measured
+        .into_iter()
+        .map(|per_test| {
+            per_test
+                .into_iter()
+                .zip(&tests)
+                .map(|(runs, &(job, read))| {
+                    let (median, best) = engine::median_and_best(&runs);
+                    TestResult {
+                        test: job.name(),
+                        direction: if read { "read" } else { "write" }.into(),
+                        runs,
+                        median,
+                        best,
+                        fio: None,
+                    }
+                })
+                .collect()
+        })
+        .collect())
+}
+
 impl Report {
     /// The baseline's median for a test, if there is one.
     pub fn baseline_of(&self, test: &str, direction: &str) -> Option<&Measured> {
@@ -126,6 +210,7 @@ impl Report {
             },
             if self.direct { "O_DIRECT" } else { "buffered" }
         );
+        let _ = writeln!(s, "measured by {}", self.measured_by);
         if self.emulated() {
             let _ = writeln!(
                 s,
@@ -294,6 +379,7 @@ mod tests {
             duration_secs: 0.2,
             runs: 3,
             direct: true,
+            measured_by: "engine".into(),
             baseline: Some(base),
             targets: vec![volume],
         };

@@ -154,6 +154,14 @@ pub enum DirectIo {
     Never,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoEngine {
+    /// io_uring if the kernel and sandbox allow it, else threads.
+    Auto,
+    Uring,
+    Threads,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct MountSection {
     pub allow_other: bool,
@@ -165,6 +173,13 @@ pub struct MountSection {
     pub threads: usize,
     pub direct_io: DirectIo,
     pub writeback_cache: bool,
+    /// What runs device I/O: io_uring where the kernel allows it (`auto`), or forced.
+    pub io_engine: IoEngine,
+    /// I/O threads per device of the threads engine (its queue depth per device).
+    pub io_threads: usize,
+    /// FUSE requests the kernel keeps in flight to the daemon (background requests: async
+    /// direct I/O, readahead, writeback), so a Q32 application keeps 32 I/Os at the devices.
+    pub max_background: u16,
     pub attr_timeout: Duration,
     /// Seconds between background durable commits of the namespace (ext4's commit=).
     pub commit_interval: Duration,
@@ -180,6 +195,9 @@ impl Default for MountSection {
             threads: 8,
             direct_io: DirectIo::Auto,
             writeback_cache: false,
+            io_engine: IoEngine::Auto,
+            io_threads: 8,
+            max_background: 128,
             attr_timeout: Duration::from_secs(1),
             commit_interval: Duration::from_secs(5),
             fsname: None,
@@ -325,6 +343,9 @@ struct RawMount {
     threads: Option<Spanned<i64>>,
     direct_io: Option<Spanned<String>>,
     writeback_cache: Option<bool>,
+    io_engine: Option<Spanned<String>>,
+    io_threads: Option<Spanned<i64>>,
+    max_background: Option<Spanned<i64>>,
     attr_timeout: Option<Spanned<String>>,
     commit_interval: Option<Spanned<String>>,
     fsname: Option<String>,
@@ -788,6 +809,36 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
                 (&["never"], DirectIo::Never),
             ],
         )?;
+    }
+    if let Some(e) = raw.io_engine {
+        m.io_engine = one_of(
+            ctx,
+            e,
+            "mount.io_engine",
+            &[
+                (&["auto"], IoEngine::Auto),
+                (&["uring", "io_uring"], IoEngine::Uring),
+                (&["threads"], IoEngine::Threads),
+            ],
+        )?;
+    }
+    if let Some(t) = raw.io_threads {
+        m.io_threads = checked(
+            ctx,
+            t,
+            "mount.io_threads",
+            |n| (1..=256).contains(&n),
+            "must be from 1 to 256",
+        )? as usize;
+    }
+    if let Some(b) = raw.max_background {
+        m.max_background = checked(
+            ctx,
+            b,
+            "mount.max_background",
+            |n| (1..=65535).contains(&n),
+            "must be from 1 to 65535",
+        )? as u16;
     }
     if let Some(t) = raw.attr_timeout {
         m.attr_timeout = duration_value(ctx, t, "mount.attr_timeout")?;

@@ -105,7 +105,11 @@ impl Layout {
                 obj_offset: obj,
                 segments: Vec::new(),
             });
-            io.segments.push((done, piece));
+            // Adjacent in the buffer and in the object (width 1): one segment.
+            match io.segments.last_mut() {
+                Some(last) if last.0 + last.1 == done => last.1 += piece,
+                _ => io.segments.push((done, piece)),
+            }
             done += piece;
         }
         per_slot.into_iter().flatten().collect()

@@ -4,6 +4,7 @@
 
 mod device;
 mod emulate;
+mod engine;
 mod error;
 mod io;
 pub mod layout;
@@ -11,6 +12,8 @@ mod volume;
 
 pub use device::{format, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
 pub use emulate::{DeviceModel, Emulated, ModelState};
+pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
+pub use io::IoBuf;
 pub use layout::{Layout, SlotIo};
-pub use volume::{DeviceHealth, Fault, ObjectInfo, SpaceInfo, Volume};
+pub use volume::{DeviceHealth, Fault, ObjectInfo, SpaceInfo, Volume, DEFAULT_IO_THREADS};

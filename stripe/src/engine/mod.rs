@@ -1,0 +1,251 @@
+//! The I/O engine: device reads and writes are submitted and completed, never waited for on
+//! the thread that asked. A request's pieces (one vectored I/O per device) go out together and
+//! each piece's completion runs its callback; short transfers are resubmitted, never returned.
+//!
+//! Two engines with one contract: `uring` (io_uring, one ring for the volume, completions reaped
+//! inline by the submitter when the kernel finished at once, else by one completion thread) and
+//! `threads` (a fixed pool of I/O threads per device, for kernels or sandboxes without
+//! io_uring). Emulated devices hold a completion back on a timer, never a thread.
+
+// Ops are boxed on purpose: io_uring carries each op's address until its completion.
+#![allow(clippy::vec_box, clippy::boxed_local)]
+
+mod threads;
+mod timer;
+mod uring;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which engine runs device I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    Uring,
+    Threads,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Uring => "uring",
+            EngineKind::Threads => "threads",
+        }
+    }
+}
+
+/// What a mount asks for: one engine, or io_uring where the kernel allows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    Auto,
+    Uring,
+    Threads,
+}
+
+/// Called once a device I/O finished (or failed for good).
+pub(crate) type OnDone = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+/// One vectored device I/O in flight. The iovecs point into a buffer that its owner keeps alive
+/// until `on_done` has run.
+pub(crate) struct DevOp {
+    pub device: usize,
+    pub write: bool,
+    pub fd: Arc<File>,
+    /// What a short transfer's remainder uses: the buffered twin of an O_DIRECT file, whose
+    /// alignment the remainder no longer has.
+    pub retry_fd: Arc<File>,
+    pub offset: u64,
+    pub iov: Vec<libc::iovec>,
+    /// Run on the submitting thread: buffered I/O of a RAM-backed device is a memory copy
+    /// that io_uring would only hand to a kernel worker.
+    pub inline: bool,
+    /// An emulated device's completion time: the callback does not run before it.
+    pub not_before: Option<Instant>,
+    pub on_done: Option<OnDone>,
+}
+
+// SAFETY: the iovecs point into a buffer owned by the op's callback (or by a caller that waits
+// for it); nothing else touches those bytes until the op completes.
+unsafe impl Send for DevOp {}
+
+/// Where a device I/O stands after one transfer.
+pub(crate) enum Step {
+    /// More to transfer: submit the op again.
+    Again(Box<DevOp>),
+    Done(Box<DevOp>, io::Result<()>),
+}
+
+impl DevOp {
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Accounts for one transfer's result: `n` bytes moved, or an error.
+    pub fn progress(mut self: Box<Self>, res: io::Result<usize>) -> Step {
+        let n = match res {
+            Ok(n) => n,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {
+                return Step::Again(self)
+            }
+            Err(e) => return Step::Done(self, Err(e)),
+        };
+        if n == 0 {
+            if self.write {
+                return Step::Done(self, Err(io::Error::from_raw_os_error(libc::ENOSPC)));
+            }
+            // End of the object: what is left of the range is a hole.
+            for v in &self.iov {
+                // SAFETY: each iovec is a live, exclusively owned part of the op's buffer.
+                unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
+            }
+            return Step::Done(self, Ok(()));
+        }
+        self.offset += n as u64;
+        let mut left = n;
+        let consumed = self.iov.iter().take_while(|v| {
+            if left >= v.iov_len {
+                left -= v.iov_len;
+                true
+            } else {
+                false
+            }
+        });
+        let whole = consumed.count();
+        self.iov.drain(..whole);
+        if let Some(first) = self.iov.first_mut() {
+            // SAFETY: `left` is below this iovec's length.
+            first.iov_base = unsafe { first.iov_base.cast::<u8>().add(left).cast() };
+            first.iov_len -= left;
+        }
+        if self.iov.is_empty() {
+            return Step::Done(self, Ok(()));
+        }
+        self.fd = self.retry_fd.clone();
+        Step::Again(self)
+    }
+
+    /// Runs the op's I/O once with a blocking syscall (the threads engine).
+    pub fn transfer_blocking(&self) -> io::Result<usize> {
+        let iov = &self.iov[..self.iov.len().min(IOV_MAX)];
+        // SAFETY: the iovecs point into live buffers (see `DevOp`).
+        let n = unsafe {
+            if self.write {
+                libc::pwritev(
+                    self.raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as i32,
+                    self.offset as i64,
+                )
+            } else {
+                libc::preadv(
+                    self.raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as i32,
+                    self.offset as i64,
+                )
+            }
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+/// Linux's IOV_MAX: an op with more iovecs transfers in several rounds.
+pub(crate) const IOV_MAX: usize = 1024;
+
+enum Backend {
+    Uring(uring::Uring),
+    Threads(threads::Threads),
+}
+
+/// The volume's I/O engine.
+pub(crate) struct IoEngine {
+    backend: Backend,
+    timer: Arc<timer::Timer>,
+}
+
+impl IoEngine {
+    /// Starts the engine `choice` asks for over `devices` devices; `threads_per_device` sizes
+    /// the threads engine's pool.
+    pub fn start(
+        choice: EngineChoice,
+        devices: usize,
+        threads_per_device: usize,
+    ) -> io::Result<IoEngine> {
+        let timer = Arc::new(timer::Timer::start()?);
+        let backend = match choice {
+            EngineChoice::Uring => Backend::Uring(uring::Uring::start(timer.clone())?),
+            EngineChoice::Threads => Backend::Threads(threads::Threads::start(
+                devices,
+                threads_per_device,
+                timer.clone(),
+            )?),
+            EngineChoice::Auto => match uring::Uring::start(timer.clone()) {
+                Ok(u) => Backend::Uring(u),
+                Err(e) => {
+                    log::warn!("io_uring is not available ({e}); device I/O uses threads");
+                    Backend::Threads(threads::Threads::start(
+                        devices,
+                        threads_per_device,
+                        timer.clone(),
+                    )?)
+                }
+            },
+        };
+        Ok(IoEngine { backend, timer })
+    }
+
+    pub fn kind(&self) -> EngineKind {
+        match self.backend {
+            Backend::Uring(_) => EngineKind::Uring,
+            Backend::Threads(_) => EngineKind::Threads,
+        }
+    }
+
+    /// Hands ops to the devices; each op's callback runs once it is done.
+    pub fn submit(&self, ops: Vec<Box<DevOp>>) {
+        let (inline, queued): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| op.inline);
+        match &self.backend {
+            Backend::Uring(u) => u.submit(queued),
+            Backend::Threads(t) => t.submit(queued),
+        }
+        for op in inline {
+            run_blocking(&self.timer, op);
+        }
+    }
+}
+
+impl Drop for IoEngine {
+    fn drop(&mut self) {
+        match &mut self.backend {
+            Backend::Uring(u) => u.stop(),
+            Backend::Threads(t) => t.stop(),
+        }
+        self.timer.stop();
+    }
+}
+
+/// Runs an op to its end with blocking syscalls on this thread.
+pub(crate) fn run_blocking(timer: &timer::Timer, mut op: Box<DevOp>) {
+    loop {
+        let res = op.transfer_blocking();
+        match op.progress(res) {
+            Step::Again(o) => op = o,
+            Step::Done(o, r) => return finish(timer, o, r),
+        }
+    }
+}
+
+/// Runs a finished op's callback, at once or when its emulated device would have finished.
+pub(crate) fn finish(timer: &timer::Timer, mut op: Box<DevOp>, result: io::Result<()>) {
+    let Some(cb) = op.on_done.take() else { return };
+    match op.not_before {
+        Some(t) if t > Instant::now() => timer.at(t, Box::new(move || cb(result))),
+        _ => cb(result),
+    }
+}
