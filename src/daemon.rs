@@ -35,11 +35,12 @@ pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<
             ("writeback_cache", None) => m.writeback_cache = true,
             ("no_writeback_cache", None) => m.writeback_cache = false,
             ("threads", Some(v)) => {
-                m.threads = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or_else(|| Error::Usage(format!("-o threads={v}: must be 1 to 64")))?
+                m.threads = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| Error::Usage(format!("-o threads={v}: must be 1 to 64")))?,
+                )
             }
             ("direct_io", Some(v)) => {
                 m.direct_io = match v {
@@ -176,7 +177,7 @@ fn serve(
     } else {
         SessionACL::Owner
     };
-    fuse_config.n_threads = Some(m.threads);
+    fuse_config.n_threads = Some(m.fuse_threads(engine.caching.is_some()));
     let interval = m.commit_interval;
 
     let mut session = fuser::Session::new(StripeFs::new(engine.clone()), &mountpoint, &fuse_config)
@@ -227,6 +228,7 @@ fn serve(
         }
     });
 
+    set_readahead_after_init(&mountpoint, m.readahead);
     log::info!(
         "mounted volume {} on {} (pid {})",
         engine.volume.uuid(),
@@ -243,6 +245,34 @@ fn serve(
     log::info!("unmounted {}", mountpoint.display());
     served.map_err(|e| Error::Usage(format!("serving {}: {e}", mountpoint.display())))?;
     synced
+}
+
+/// Sets the mount's readahead (`/sys/class/bdi/<dev>/read_ahead_kb`) once INIT is answered:
+/// FUSE caps it at what INIT negotiated (128 KiB here) and INIT would lower an earlier value.
+/// A thread waits for the first stat of the mountpoint, which the kernel serves after INIT.
+fn set_readahead_after_init(mountpoint: &Path, bytes: u64) {
+    let mountpoint = mountpoint.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("readahead".into())
+        .spawn(move || {
+            use std::os::unix::fs::MetadataExt;
+            let dev = match std::fs::metadata(&mountpoint) {
+                Ok(md) => md.dev(),
+                Err(e) => return log::warn!("readahead not set: {e}"),
+            };
+            let path = format!(
+                "/sys/class/bdi/{}:{}/read_ahead_kb",
+                libc::major(dev),
+                libc::minor(dev)
+            );
+            match std::fs::write(&path, format!("{}\n", bytes / 1024)) {
+                Ok(()) => log::info!("readahead {} KiB ({path})", bytes / 1024),
+                Err(e) => log::warn!("readahead not set ({path}): {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("readahead not set: {e}");
+    }
 }
 
 /// A volume keeps an object file open per device for each file in use: take what the hard

@@ -310,7 +310,9 @@ impl Engine {
         match (inode.kind, inode.layout) {
             (Kind::File, Some(l)) => {
                 // The cache reaches the devices by object alone: keep its layout known.
-                self.volume.set_layout(inode.object, l);
+                if self.caching.is_some() {
+                    self.volume.set_layout(inode.object, l);
+                }
                 Ok((inode, l))
             }
             (Kind::Dir, _) => errno(libc::EISDIR),
@@ -672,7 +674,7 @@ impl Engine {
                 allow_other: m.allow_other,
                 default_permissions: m.default_permissions,
                 read_only: m.read_only,
-                threads: m.threads,
+                threads: m.fuse_threads(self.caching.is_some()),
                 io_engine: self.volume.engine_kind().name().into(),
                 io_threads: m.io_threads,
                 max_background: m.max_background,

@@ -66,7 +66,7 @@ fsname = "tank"
     assert_eq!(c.width(), 2);
     assert!(c.volume.meta.is_some());
     assert!(c.mount.allow_other && !c.mount.default_permissions && c.mount.read_only);
-    assert_eq!(c.mount.threads, 4);
+    assert_eq!(c.mount.threads, Some(4));
     assert_eq!(c.mount.direct_io, DirectIo::Always);
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
     assert_eq!(c.mount.commit_interval, Duration::from_secs(2));

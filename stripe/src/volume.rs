@@ -440,6 +440,9 @@ impl Volume {
     }
 
     fn objects(&self, ino: u64) -> Arc<Objects> {
+        if let Some(o) = self.open.get(&ino) {
+            return o.clone();
+        }
         let objs = self
             .open
             .entry(ino)
