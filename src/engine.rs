@@ -361,12 +361,13 @@ impl Engine {
     }
 
     /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
-    /// has the data, or at once through the cache.
+    /// has the data, or at once through the cache or to devices in memory (whose writes are
+    /// copies that need no copy of `data` first).
     pub fn write(
         self: &Arc<Self>,
         ino: u64,
         offset: u64,
-        data: IoBuf,
+        data: &[u8],
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
         let Some(end) = offset
@@ -382,7 +383,7 @@ impl Engine {
         };
         if let Some(c) = &self.caching {
             let class = c.class_of(&self.ns, ino);
-            let r = c.cache.write(inode.object, offset, &data, class);
+            let r = c.cache.write(inode.object, offset, data, class);
             drop(shared);
             return done(
                 r.map_err(io_error)
@@ -390,17 +391,28 @@ impl Engine {
             );
         }
         let me = self.clone();
-        self.volume
-            .write_async(inode.object, &layout, offset, data, move |r| {
+        let finish = move |r: Result<()>| match r {
+            Ok(()) => done(me.ns.note_write(ino, end)),
+            Err(e) if end > inode.size => {
+                me.trim_after_failed_write(ino, layout, move || done(Err(e)))
+            }
+            Err(e) => done(Err(e)),
+        };
+        if self.volume.completes_inline(&layout) {
+            let r = self.volume.write(inode.object, &layout, offset, data);
+            drop(shared);
+            return finish(r.map_err(Error::from));
+        }
+        self.volume.write_async(
+            inode.object,
+            &layout,
+            offset,
+            IoBuf::copy_of(data),
+            move |r| {
                 drop(shared);
-                match r {
-                    Ok(()) => done(me.ns.note_write(ino, end)),
-                    Err(e) if end > inode.size => {
-                        me.trim_after_failed_write(ino, layout, move || done(Err(e.into())))
-                    }
-                    Err(e) => done(Err(e.into())),
-                }
-            });
+                finish(r.map_err(Error::from))
+            },
+        );
     }
 
     /// Part of a failed write past the end may have reached some devices: cut it off before

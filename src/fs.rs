@@ -19,7 +19,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use stripe::IoBuf;
 
 const MAX_WRITE: u32 = 1 << 20;
 const BLOCK: u32 = 4096;
@@ -394,13 +393,11 @@ impl Filesystem for StripeFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The session's buffer is reused once this returns: the engine gets its own copy.
         let len = data.len() as u32;
-        self.engine
-            .write(ino.0, offset, IoBuf::copy_of(data), move |r| match r {
-                Ok(_) => reply.written(len),
-                Err(e) => reply.error(err(&e)),
-            });
+        self.engine.write(ino.0, offset, data, move |r| match r {
+            Ok(_) => reply.written(len),
+            Err(e) => reply.error(err(&e)),
+        });
     }
 
     fn flush(

@@ -1,11 +1,13 @@
 //! The cache proper: line index, modes, eviction, cleaning, persistence and recovery.
 
+use crate::lru::{Links, List};
 use crate::mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 use crate::stats::{CacheStats, ClassStats, Counters};
 use crate::store::{Header, Record, Store, EMPTY};
 use crate::{Backend, ClassId, DEFAULT_CLASS, SECTOR};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +58,6 @@ struct Slot {
     valid: u64,
     dirty: u64,
     class: ClassId,
-    tick: u64,
     dirty_since: Option<Instant>,
     busy: bool,
     /// The durable record of this slot says dirty: it must be rewritten before reuse.
@@ -65,10 +66,27 @@ struct Slot {
 
 struct Class {
     cfg: ClassConfig,
-    lines: usize,
-    dirty_lines: usize,
-    lru: BTreeMap<u64, u32>,
+    clean: List,
+    dirty: List,
     counters: Counters,
+}
+
+impl Class {
+    fn lines(&self) -> usize {
+        self.clean.len() + self.dirty.len()
+    }
+}
+
+/// The LRU list a slot of `class` is on.
+fn list_of(classes: &mut [Option<Class>], class: ClassId, dirty: bool) -> &mut List {
+    let c = classes[class as usize]
+        .as_mut()
+        .expect("a slot's class is live");
+    if dirty {
+        &mut c.dirty
+    } else {
+        &mut c.clean
+    }
 }
 
 struct Inner {
@@ -77,7 +95,7 @@ struct Inner {
     index: HashMap<(u64, u64), u32>,
     objects: HashMap<u64, BTreeSet<u64>>,
     classes: Vec<Option<Class>>,
-    tick: u64,
+    links: Links,
     dirty_lines: usize,
     /// Per object: where the last request ended and how long the sequential run is.
     streams: HashMap<u64, (u64, u64)>,
@@ -230,26 +248,24 @@ impl Cache {
                     valid: 0,
                     dirty: 0,
                     class: DEFAULT_CLASS,
-                    tick: 0,
                     dirty_since: None,
                     busy: false,
                     disk_dirty: false,
                 })
                 .collect(),
             free: Vec::new(),
-            index: HashMap::new(),
-            objects: HashMap::new(),
+            index: HashMap::default(),
+            objects: HashMap::default(),
             classes: vec![Some(Class {
                 cfg: default,
-                lines: 0,
-                dirty_lines: 0,
-                lru: BTreeMap::new(),
+                clean: List::default(),
+                dirty: List::default(),
                 counters: Counters::default(),
             })],
-            tick: 0,
+            links: Links::new(nslots as usize),
             dirty_lines: 0,
-            streams: HashMap::new(),
-            misses: HashMap::new(),
+            streams: HashMap::default(),
+            misses: HashMap::default(),
             policy: cfg.policy.clone(),
             cleaner_passes: 0,
             cleaned_lines: 0,
@@ -264,13 +280,8 @@ impl Cache {
             inner.attach(s, (r.object, r.line), DEFAULT_CLASS);
             let slot = &mut inner.slots[s as usize];
             slot.valid = r.valid;
-            slot.dirty = r.dirty & r.valid;
             slot.disk_dirty = r.dirty != 0;
-            if slot.dirty != 0 {
-                slot.dirty_since = Some(now);
-                inner.dirty_lines += 1;
-                inner.class_mut(DEFAULT_CLASS).dirty_lines += 1;
-            }
+            inner.set_dirty(s, r.dirty & r.valid, now);
         }
         inner.free = (0..nslots as u32)
             .rev()
@@ -333,9 +344,8 @@ impl Cache {
         let mut g = self.inner.lock();
         let class = Class {
             cfg,
-            lines: 0,
-            dirty_lines: 0,
-            lru: BTreeMap::new(),
+            clean: List::default(),
+            dirty: List::default(),
             counters: Counters::default(),
         };
         match g.classes.iter().position(Option::is_none) {
@@ -384,7 +394,12 @@ impl Cache {
             .classes
             .get(id as usize)
             .and_then(Option::as_ref)
-            .map(|c| c.lru.values().copied().collect())
+            .map(|c| {
+                g.links
+                    .oldest_first(&c.clean)
+                    .chain(g.links.oldest_first(&c.dirty))
+                    .collect()
+            })
             .unwrap_or_default();
         for s in slots {
             g.move_class(s, DEFAULT_CLASS);
@@ -482,7 +497,7 @@ impl Cache {
         let class = g.live_class(class);
         let own = g.classes.get(class as usize)?.as_ref()?;
         // A class at its share replaces its own lines, even while others are free.
-        let over_share = own.lines as f64 >= own.cfg.allocation * self.nslots as f64;
+        let over_share = own.lines() as f64 >= own.cfg.allocation * self.nslots as f64;
         let free = if over_share { None } else { g.free.pop() };
         if let Some(s) = free {
             // A freed slot whose durable record still says dirty is wiped before reuse.
@@ -510,8 +525,9 @@ impl Cache {
             std::cmp::Reverse(g.classes[c as usize].as_ref().map_or(0, |c| c.cfg.priority))
         });
         for c in order {
+            // The least recently used clean line that no request holds.
             let victim = g.classes[c as usize].as_ref().and_then(|cl| {
-                cl.lru.values().take(256).copied().find(|&s| {
+                g.links.oldest_first(&cl.clean).find(|&s| {
                     let sl = &g.slots[s as usize];
                     !sl.busy && sl.dirty == 0
                 })
@@ -1268,8 +1284,8 @@ impl Cache {
                     priority: c.cfg.priority,
                     allocation: c.cfg.allocation,
                     pinned: c.cfg.pinned,
-                    occupancy_lines: c.lines as u64,
-                    dirty_lines: c.dirty_lines as u64,
+                    occupancy_lines: c.lines() as u64,
+                    dirty_lines: c.dirty.len() as u64,
                     counters: c.counters.clone(),
                 })
             })
@@ -1371,26 +1387,22 @@ impl Inner {
 
     fn attach(&mut self, s: u32, key: (u64, u64), class: ClassId) {
         let class = self.live_class(class);
-        self.tick += 1;
-        let tick = self.tick;
         let sl = &mut self.slots[s as usize];
         sl.key = Some(key);
         sl.valid = 0;
         sl.dirty = 0;
         sl.class = class;
-        sl.tick = tick;
         sl.dirty_since = None;
         self.index.insert(key, s);
         self.objects.entry(key.0).or_default().insert(key.1);
-        let c = self.class_mut(class);
-        c.lines += 1;
-        c.lru.insert(tick, s);
+        self.links
+            .push_front(list_of(&mut self.classes, class, false), s);
     }
 
     fn detach(&mut self, s: u32) {
-        let (key, class, tick, dirty) = {
+        let (key, class, dirty) = {
             let sl = &self.slots[s as usize];
-            (sl.key, sl.class, sl.tick, sl.dirty != 0)
+            (sl.key, sl.class, sl.dirty != 0)
         };
         let Some(key) = key else { return };
         self.index.remove(&key);
@@ -1400,11 +1412,9 @@ impl Inner {
                 self.objects.remove(&key.0);
             }
         }
-        let c = self.class_mut(class);
-        c.lines -= 1;
-        c.lru.remove(&tick);
+        self.links
+            .remove(list_of(&mut self.classes, class, dirty), s);
         if dirty {
-            c.dirty_lines -= 1;
             self.dirty_lines -= 1;
         }
         let sl = &mut self.slots[s as usize];
@@ -1420,36 +1430,21 @@ impl Inner {
         if self.slots[s as usize].class != class {
             self.move_class(s, class);
         }
-        self.tick += 1;
-        let tick = self.tick;
-        let (old, c) = {
-            let sl = &mut self.slots[s as usize];
-            let old = sl.tick;
-            sl.tick = tick;
-            (old, sl.class)
-        };
-        let cl = self.class_mut(c);
-        cl.lru.remove(&old);
-        cl.lru.insert(tick, s);
+        let dirty = self.slots[s as usize].dirty != 0;
+        let list = list_of(&mut self.classes, class, dirty);
+        self.links.remove(list, s);
+        self.links.push_front(list, s);
     }
 
     fn move_class(&mut self, s: u32, to: ClassId) {
-        let (from, tick, dirty) = {
+        let (from, dirty) = {
             let sl = &self.slots[s as usize];
-            (sl.class, sl.tick, sl.dirty != 0)
+            (sl.class, sl.dirty != 0)
         };
-        let f = self.class_mut(from);
-        f.lines -= 1;
-        f.lru.remove(&tick);
-        if dirty {
-            f.dirty_lines -= 1;
-        }
-        let t = self.class_mut(to);
-        t.lines += 1;
-        t.lru.insert(tick, s);
-        if dirty {
-            t.dirty_lines += 1;
-        }
+        self.links
+            .remove(list_of(&mut self.classes, from, dirty), s);
+        self.links
+            .push_front(list_of(&mut self.classes, to, dirty), s);
         self.slots[s as usize].class = to;
     }
 
@@ -1469,12 +1464,12 @@ impl Inner {
             }
         }
         if is != was {
-            let c = self.class_mut(class);
+            self.links.remove(list_of(&mut self.classes, class, was), s);
+            self.links
+                .push_front(list_of(&mut self.classes, class, is), s);
             if is {
-                c.dirty_lines += 1;
                 self.dirty_lines += 1;
             } else {
-                c.dirty_lines -= 1;
                 self.dirty_lines -= 1;
             }
         }

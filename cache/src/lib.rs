@@ -6,6 +6,7 @@
 //! line sees one operation at a time, while data moves (store and core I/O) outside the mutex.
 
 mod engine;
+mod lru;
 mod mode;
 mod stats;
 mod store;

@@ -335,6 +335,16 @@ impl Volume {
         })
     }
 
+    /// Whether I/O of a file laid out so completes on the calling thread: every device it
+    /// spans keeps its files in memory and is not emulated.
+    pub fn completes_inline(&self, layout: &Layout) -> bool {
+        let n = self.device_count();
+        (0..layout.width).all(|s| {
+            let d = layout.device_of_slot(s, n);
+            self.ram_backed[d] && self.emulated[d].is_none()
+        })
+    }
+
     /// The engine that runs device I/O.
     pub fn engine_kind(&self) -> EngineKind {
         self.engine().kind()
@@ -728,7 +738,10 @@ impl Volume {
 
     /// Records the layout of an object, for I/O addressed by object alone.
     pub fn set_layout(&self, object: u64, layout: Layout) {
-        self.layouts.insert(object, layout);
+        // Called on every cached I/O: a look under the shared lock is enough most times.
+        if self.layouts.get(&object).map(|l| *l) != Some(layout) {
+            self.layouts.insert(object, layout);
+        }
     }
 
     fn layout_of(&self, object: u64) -> io::Result<Layout> {
