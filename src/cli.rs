@@ -402,12 +402,7 @@ fn absolute(p: &Path) -> PathBuf {
 
 fn mkfs(config: &Path, force: bool) -> Result<()> {
     let cfg = mountcfg::load(config)?;
-    let uuid = stripe::format(&stripe::FormatOptions {
-        devices: &cfg.volume.devices,
-        stripe_size: cfg.volume.stripe_size,
-        width: cfg.width(),
-        force,
-    })?;
+    crate::engine::check_meta_dir(&cfg)?;
     let ns_path = namespace_path(&cfg);
     if cfg.volume.meta.is_some() && ns_path.exists() && !force {
         return Err(Error::Usage(format!(
@@ -415,6 +410,12 @@ fn mkfs(config: &Path, force: bool) -> Result<()> {
             ns_path.display()
         )));
     }
+    let uuid = stripe::format(&stripe::FormatOptions {
+        devices: &cfg.volume.devices,
+        stripe_size: cfg.volume.stripe_size,
+        width: cfg.width(),
+        force,
+    })?;
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Namespace::format(&ns_path, uuid, uid, gid)?;

@@ -71,7 +71,10 @@ pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<
             }
         }
     }
-    Ok(())
+    match m.permissions_refusal() {
+        Some(why) => Err(Error::Usage(format!("-o {opts}: {why}"))),
+        None => Ok(()),
+    }
 }
 
 /// The mountpoint must be a directory apart from every device.

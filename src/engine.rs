@@ -4,7 +4,7 @@
 use crate::caching::Caching;
 use crate::error::{errno, Error, Result};
 use crate::janitor::Janitor;
-use crate::namespace::{Inode, Kind, Namespace};
+use crate::namespace::{Inode, Kind, Namespace, SetAttr};
 use dashmap::DashMap;
 use parking_lot::RwLock;
 use serde::Serialize;
@@ -29,6 +29,47 @@ pub struct Engine {
     pub mountpoint: PathBuf,
 }
 
+/// Who asks for a data change: set-id bits fall when anyone but root changes a file's data.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    /// Whether the caller is in group `gid`: its own group, or one of its supplementary
+    /// groups (read from /proc only in the rare case that asks).
+    fn in_group(&self, gid: u32) -> bool {
+        if gid == self.gid {
+            return true;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
+        status.is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+        })
+    }
+
+    /// The set-id bits of a file (`perm`, group `gid`) that a data change by this caller
+    /// removes, as Linux has it (should_remove_suid, setattr_should_drop_sgid): none for root
+    /// (CAP_FSETID); else set-user-ID, and set-group-ID when the group may execute the file or
+    /// the caller is not in its group.
+    fn kills_setid(&self, perm: u16, gid: u32) -> u16 {
+        const SUID: u16 = libc::S_ISUID as u16;
+        const SGID: u16 = libc::S_ISGID as u16;
+        if self.uid == 0 || perm & (SUID | SGID) == 0 {
+            return 0;
+        }
+        let mut kill = perm & SUID;
+        if perm & SGID != 0 && (perm & libc::S_IXGRP as u16 != 0 || !self.in_group(gid)) {
+            kill |= SGID;
+        }
+        kill
+    }
+}
+
 /// After a crash the devices may hold what the lost transactions wrote: objects of files whose
 /// creation was lost, and data past a size that was never committed. Both go now, before new
 /// files could reuse what the lost ones had, and ids resume above every object found.
@@ -42,6 +83,15 @@ fn sweep_after_crash(volume: &Volume, ns: &Namespace, inodes: &[Inode]) -> Resul
     let (mut removed, mut trimmed, mut highest) = (0, 0, 0);
     for o in volume.list_objects()? {
         highest = highest.max(o.ino);
+        if !o.regular {
+            log::error!(
+                "object {} on device {} is not a regular file; it is never opened (fsck --repair \
+                 removes it)",
+                o.ino,
+                o.device
+            );
+            continue;
+        }
         match owners.get(&o.ino) {
             None => {
                 volume.remove_from(o.device, o.ino)?;
@@ -121,6 +171,41 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
         m.queue = q;
     }
     Ok(m)
+}
+
+/// What a `volume.meta` directory may hold besides nothing: the namespace store, the daemon's
+/// log, and a cache file placed beside them.
+const META_FILES: [&str; 3] = ["namespace.redb", "stripefs.log", "stripefs.cache"];
+
+/// A `volume.meta` directory must be stripefs's own: empty, or holding only what stripefs puts
+/// there. Anything else (`meta = "/etc"`) is refused before a byte is written.
+pub fn check_meta_dir(config: &mountcfg::Config) -> Result<()> {
+    let Some(dir) = &config.volume.meta else {
+        return Ok(());
+    };
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::Usage(format!("volume.meta {}: {e}", dir.display())))?;
+    let mut foreign: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !META_FILES.contains(&n.as_str()))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown = foreign
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Usage(format!(
+        "volume.meta {} holds files that are not stripefs's ({shown}{}): the namespace needs a \
+         directory of its own, empty at mkfs",
+        dir.display(),
+        if foreign.len() > 3 { ", ..." } else { "" }
+    )))
 }
 
 /// Where the namespace store of a volume lives.
@@ -250,6 +335,7 @@ impl Engine {
                 );
             }
         }
+        check_meta_dir(&config)?;
         let ns_path = namespace_path(&config);
         let ns = Namespace::open(&ns_path)?;
         if ns.uuid() != volume.uuid() {
@@ -361,10 +447,11 @@ impl Engine {
     }
 
     /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
-    /// has the data, or at once through the cache or to devices in memory (whose writes are
-    /// copies that need no copy of `data` first).
+    /// has the data, or at once when this thread does the write (through the cache, to devices
+    /// in memory, or to an idle engine), which needs no copy of `data` first.
     pub fn write(
         self: &Arc<Self>,
+        caller: Caller,
         ino: u64,
         offset: u64,
         data: &[u8],
@@ -381,6 +468,9 @@ impl Engine {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
+        if let Err(e) = self.drop_setid(&inode, caller) {
+            return done(Err(e));
+        }
         if let Some(c) = &self.caching {
             let class = c.class_of(&self.ns, ino);
             let r = c.cache.write(inode.object, offset, data, class);
@@ -398,7 +488,11 @@ impl Engine {
             }
             Err(e) => done(Err(e)),
         };
-        if self.volume.completes_inline(&layout) {
+        // Written on this thread either way (RAM-backed devices, or an idle engine): no copy,
+        // unless O_DIRECT device I/O needs the page-aligned buffer that FUSE's is not.
+        let on_this_thread = self.volume.completes_inline(&layout)
+            || (self.volume.idle() && !self.config.volume.direct_device_io);
+        if on_this_thread {
             let r = self.volume.write(inode.object, &layout, offset, data);
             drop(shared);
             return finish(r.map_err(Error::from));
@@ -413,6 +507,20 @@ impl Engine {
                 finish(r.map_err(Error::from))
             },
         );
+    }
+
+    /// A data change by `caller` drops the set-id bits Linux drops, on every path (the kernel
+    /// does it for buffered writes, not for direct I/O nor fallocate).
+    fn drop_setid(&self, inode: &Inode, caller: Caller) -> Result<()> {
+        let kill = caller.kills_setid(inode.perm, inode.gid);
+        if kill != 0 {
+            let perm = SetAttr {
+                perm: Some(inode.perm & !kill),
+                ..SetAttr::default()
+            };
+            self.ns.setattr(inode.ino, &perm)?;
+        }
+        Ok(())
     }
 
     /// Part of a failed write past the end may have reached some devices: cut it off before
@@ -455,7 +563,14 @@ impl Engine {
         Ok(())
     }
 
-    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+    pub fn fallocate(
+        &self,
+        caller: Caller,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<()> {
         let supported = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
         if mode & !supported != 0 {
             return errno(libc::EOPNOTSUPP);
@@ -470,6 +585,7 @@ impl Engine {
         let lock = self.io_lock(ino);
         let _shared = lock.read();
         let (inode, layout) = self.file(ino)?;
+        self.drop_setid(&inode, caller)?;
         // Punching past the end of file changes nothing.
         let end_in_file = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
             end.min(inode.size)

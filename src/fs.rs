@@ -2,7 +2,7 @@
 //! into errnos.
 
 use crate::control;
-use crate::engine::Engine;
+use crate::engine::{Caller, Engine};
 use crate::error::Result;
 use crate::namespace::{Inode, Kind, NewNode, SetAttr, Time};
 use dashmap::DashMap;
@@ -144,6 +144,14 @@ fn time_of(t: TimeOrNow) -> Time {
     match t {
         TimeOrNow::Now => Time::now(),
         TimeOrNow::SpecificTime(t) => Time::from(t),
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
     }
 }
 
@@ -383,7 +391,7 @@ impl Filesystem for StripeFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -394,10 +402,11 @@ impl Filesystem for StripeFs {
         reply: ReplyWrite,
     ) {
         let len = data.len() as u32;
-        self.engine.write(ino.0, offset, data, move |r| match r {
-            Ok(_) => reply.written(len),
-            Err(e) => reply.error(err(&e)),
-        });
+        self.engine
+            .write(caller(req), ino.0, offset, data, move |r| match r {
+                Ok(_) => reply.written(len),
+                Err(e) => reply.error(err(&e)),
+            });
     }
 
     fn flush(
@@ -651,7 +660,7 @@ impl Filesystem for StripeFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -659,6 +668,9 @@ impl Filesystem for StripeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.engine.fallocate(ino.0, offset, length, mode));
+        let r = self
+            .engine
+            .fallocate(caller(req), ino.0, offset, length, mode);
+        Self::empty(reply, r);
     }
 }

@@ -170,6 +170,24 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
     report.objects = objects.len();
     let mut seen: HashSet<u64> = HashSet::new();
     for o in &objects {
+        if !o.regular {
+            // Never followed nor opened by the daemon; a repair removes the planted entry.
+            if repair {
+                volume.remove_from(o.device, o.ino)?;
+            }
+            problem(
+                "foreign-object",
+                format!(
+                    "object {} on device {} is not a regular file (a symlink or other planted \
+                     entry): {}",
+                    o.ino,
+                    o.device,
+                    volume.object_path(o.device, o.ino).display()
+                ),
+                repair,
+            );
+            continue;
+        }
         let Some(owner) = owners.get(&o.ino) else {
             if repair {
                 volume.remove_from(o.device, o.ino)?;

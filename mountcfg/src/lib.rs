@@ -12,6 +12,9 @@ use toml::Spanned;
 
 pub use size::{format_size, parse_duration, parse_size};
 
+/// The most devices one volume has.
+pub const MAX_DEVICES: usize = 256;
+
 /// Smallest and largest stripe size a layout may use.
 pub const MIN_STRIPE: u64 = 8 * 1024;
 pub const MAX_STRIPE: u64 = 256 * 1024;
@@ -187,6 +190,18 @@ pub struct MountSection {
 }
 
 impl MountSection {
+    /// Why these options cannot be mounted, if they cannot: stripefs leaves permission checks
+    /// to the kernel (`default_permissions`), so without them `allow_other` would give every
+    /// local user the daemon's (root's) access to every file.
+    pub fn permissions_refusal(&self) -> Option<String> {
+        (self.allow_other && !self.default_permissions).then(|| {
+            "default_permissions = false with allow_other: stripefs does not check \
+             permissions itself, so every local user would get root's access to every file; \
+             keep default_permissions (the kernel checks permissions), or drop allow_other"
+                .to_string()
+        })
+    }
+
     /// FUSE session threads. Without a cache they only decode requests and hand them to the
     /// I/O engine, and one per core does best (RND4K Q32T1 on tmpfs: 249k IOPS with 2
     /// threads, 220k with 8, on 2 cores). With a cache they still wait for its misses, so 8
@@ -355,7 +370,7 @@ enum DeviceSel {
 #[serde(deny_unknown_fields)]
 struct RawMount {
     allow_other: Option<bool>,
-    default_permissions: Option<bool>,
+    default_permissions: Option<Spanned<bool>>,
     read_only: Option<bool>,
     threads: Option<Spanned<i64>>,
     direct_io: Option<Spanned<String>>,
@@ -465,6 +480,16 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
             devices_span,
             "volume.devices",
             "at least one device directory is needed",
+        ));
+    }
+    if list.len() > MAX_DEVICES {
+        return Err(ctx.err(
+            devices_span,
+            "volume.devices",
+            format!(
+                "{} devices: a volume has at most {MAX_DEVICES} (as md caps its members)",
+                list.len()
+            ),
         ));
     }
     let mut devices = Vec::with_capacity(list.len());
@@ -798,8 +823,11 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
     if let Some(v) = raw.allow_other {
         m.allow_other = v;
     }
-    if let Some(v) = raw.default_permissions {
-        m.default_permissions = v;
+    if let Some(v) = &raw.default_permissions {
+        m.default_permissions = *v.get_ref();
+    }
+    if let (Some(v), Some(why)) = (&raw.default_permissions, m.permissions_refusal()) {
+        return Err(ctx.err(v.span(), "mount.default_permissions", why));
     }
     if let Some(v) = raw.read_only {
         m.read_only = v;

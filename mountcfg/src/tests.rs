@@ -51,7 +51,7 @@ meta = "d0"
 
 [mount]
 allow_other = true
-default_permissions = false
+default_permissions = true
 read_only = true
 threads = 4
 direct_io = "always"
@@ -65,7 +65,7 @@ fsname = "tank"
     assert_eq!(c.volume.stripe_size, 128 * 1024);
     assert_eq!(c.width(), 2);
     assert!(c.volume.meta.is_some());
-    assert!(c.mount.allow_other && !c.mount.default_permissions && c.mount.read_only);
+    assert!(c.mount.allow_other && c.mount.default_permissions && c.mount.read_only);
     assert_eq!(c.mount.threads, Some(4));
     assert_eq!(c.mount.direct_io, DirectIo::Always);
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
@@ -133,6 +133,17 @@ fn bad_configs_name_file_line_and_key() {
         (
             "[volume]\ndevices = [\"d0\"]\nmeta = \"plainfile\"\n",
             "vol.toml:3: volume.meta: \"plainfile\" is not a directory",
+        ),
+        (
+            "[volume]\ndevices = [\"d0\"]\n[mount]\nallow_other = true\ndefault_permissions = false\n",
+            "vol.toml:5: mount.default_permissions: default_permissions = false with allow_other: \
+             stripefs does not check permissions itself, so every local user would get root's \
+             access to every file; keep default_permissions (the kernel checks permissions), or \
+             drop allow_other",
+        ),
+        (
+            &format!("[volume]\ndevices = [{}]\n", vec!["\"d0\""; 257].join(", ")),
+            "vol.toml:2: volume.devices: 257 devices: a volume has at most 256 (as md caps its members)",
         ),
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\nthreads = 0\n",

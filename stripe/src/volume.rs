@@ -10,9 +10,9 @@ use crate::io::IoBuf;
 use crate::layout::{Layout, SlotIo};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -72,6 +72,8 @@ struct Objects {
 struct DeviceSet {
     devices: Vec<DeviceInfo>,
     health: Vec<Health>,
+    /// Each device's object directory, held open: objects are opened beneath it.
+    objects: Vec<OwnedFd>,
 }
 
 impl DeviceSet {
@@ -274,6 +276,8 @@ pub struct ObjectInfo {
     pub ino: u64,
     pub len: u64,
     pub allocated: u64,
+    /// A regular file, as every object must be (a symlink or anything else is planted).
+    pub regular: bool,
 }
 
 /// I/O threads per device of the threads engine when none is configured.
@@ -295,12 +299,26 @@ impl Volume {
                 dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ d.index as u64),
             })
             .collect();
+        let objects = devices
+            .iter()
+            .map(|d| {
+                objects_dir(&d.path).map_err(|e| StripeError::Io {
+                    index: d.index,
+                    path: d.path.clone(),
+                    source: e,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Volume {
             emulated: devices.iter().map(|_| None).collect(),
             ram_backed: devices.iter().map(|d| ram_backed(&d.path)).collect(),
             layouts: DashMap::new(),
             direct: AtomicBool::new(false),
-            set: Arc::new(DeviceSet { devices, health }),
+            set: Arc::new(DeviceSet {
+                devices,
+                health,
+                objects,
+            }),
             uuid,
             open: DashMap::new(),
             engine: OnceLock::new(),
@@ -345,6 +363,11 @@ impl Volume {
         })
     }
 
+    /// Nothing is in flight: I/O submitted now runs on the submitting thread.
+    pub fn idle(&self) -> bool {
+        self.engine().idle()
+    }
+
     /// The engine that runs device I/O.
     pub fn engine_kind(&self) -> EngineKind {
         self.engine().kind()
@@ -377,16 +400,16 @@ impl Volume {
         }
         objs.direct[device]
             .get_or_init(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW)
-                    .open(self.object_path(device, ino))
-                    .inspect_err(|e| {
-                        log::debug!("no O_DIRECT for object {ino} on device {device}: {e}")
-                    })
-                    .ok()
-                    .map(Arc::new)
+                open_beneath(
+                    &self.set.objects[device],
+                    &object_rel(ino),
+                    libc::O_RDWR | libc::O_DIRECT,
+                )
+                .inspect_err(|e| {
+                    log::debug!("no O_DIRECT for object {ino} on device {device}: {e}")
+                })
+                .ok()
+                .map(Arc::new)
             })
             .clone()
     }
@@ -487,22 +510,19 @@ impl Volume {
         if let Some(f) = slot.get() {
             return Ok(Some(f.clone()));
         }
-        let path = self.object_path(device, ino);
-        let opened = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path);
+        let create = if create { libc::O_CREAT } else { 0 };
+        let opened = open_beneath(
+            &self.set.objects[device],
+            &object_rel(ino),
+            libc::O_RDWR | create,
+        );
         match opened {
             Ok(f) => {
                 let _ = slot.set(Arc::new(f));
                 Ok(slot.get().cloned())
             }
             // No object file is a hole, unless the whole device is gone.
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create == 0 => {
                 self.check_devices();
                 if self.set.failed(device) {
                     return Err(self.io_err(device, io::Error::from_raw_os_error(libc::EIO)));
@@ -564,6 +584,7 @@ impl Volume {
             iov,
             inline: self.ram_backed[dev],
             not_before,
+            counted: None,
             on_done: Some(Box::new(move |r: io::Result<()>| {
                 let r = r.map_err(|e| set.io_err(dev, e));
                 join.piece_done(set.note_error(dev, write, r));
@@ -780,7 +801,7 @@ impl Volume {
     pub fn object_info(&self, ino: u64) -> Vec<ObjectInfo> {
         (0..self.set.devices.len())
             .filter_map(|dev| {
-                let md = std::fs::metadata(self.object_path(dev, ino)).ok()?;
+                let md = std::fs::symlink_metadata(self.object_path(dev, ino)).ok()?;
                 Some(object_info(dev, ino, &md))
             })
             .collect()
@@ -891,7 +912,51 @@ fn object_info(device: usize, ino: u64, md: &std::fs::Metadata) -> ObjectInfo {
         ino,
         len: md.len(),
         allocated: md.blocks() * 512,
+        regular: md.file_type().is_file(),
     }
+}
+
+/// Opens `rel` under the directory `dir` without following a symlink anywhere on the way, nor
+/// leaving `dir`: an object file is never anything but the regular file it names.
+fn open_beneath(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<File> {
+    let c = std::ffi::CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open_how is plain data; zero is its neutral value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 { 0o600 } else { 0 };
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+    // SAFETY: openat2 with a live directory descriptor, a C string and a filled open_how.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// The object directory of a device, opened once: objects are opened beneath it.
+fn objects_dir(device: &Path) -> io::Result<OwnedFd> {
+    let dev = File::open(device)?;
+    let dir = OwnedFd::from(dev);
+    open_beneath(
+        &dir,
+        &format!("{META_DIR}/{OBJECTS}"),
+        libc::O_DIRECTORY | libc::O_PATH,
+    )
+    .map(OwnedFd::from)
+}
+
+/// An object's path relative to its device's object directory.
+fn object_rel(ino: u64) -> String {
+    format!("{:02x}/{ino}", ino % FANOUT)
 }
 
 fn statvfs(path: &Path) -> io::Result<SpaceInfo> {

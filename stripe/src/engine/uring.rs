@@ -12,8 +12,6 @@ use std::sync::Arc;
 
 const SQ_ENTRIES: u32 = 512;
 const CQ_ENTRIES: u32 = 4096;
-/// How long a submitter waits for its own completion when the ring is otherwise idle.
-const INLINE_WAIT_NS: u32 = 300_000;
 /// user_data of the wake-up no-op sent at stop.
 const WAKE: u64 = 0;
 
@@ -71,11 +69,7 @@ impl Uring {
         if ops.is_empty() {
             return;
         }
-        let idle = self.ring.in_flight.load(SeqCst) == 0;
         self.ring.push(ops);
-        if idle {
-            self.ring.wait_briefly();
-        }
         self.ring.reap(false);
     }
 
@@ -142,17 +136,6 @@ impl Ring {
                 }
             }
         }
-    }
-
-    /// With nothing else in flight a request is latency-bound: its submitter waits a little
-    /// for the completion, as a blocking pread would, which saves the completion thread's
-    /// wake-up (RND4K Q1T1 on an ext4 disk). A slow device outlasts the wait and completes
-    /// on the completion thread as usual.
-    fn wait_briefly(&self) {
-        let ts = types::Timespec::new().nsec(INLINE_WAIT_NS);
-        let args = types::SubmitArgs::new().timespec(&ts);
-        // ETIME when the wait ran out: the completion thread takes over.
-        let _ = self.ring.submitter().submit_with_args(1, &args);
     }
 
     /// Takes every finished op off the CQ and runs its completion. With `wait`, waits for a

@@ -1,0 +1,213 @@
+//! What a hostile or careless user can try on a volume: planted symlinks among the objects,
+//! permission checks switched off for other users, a namespace directory that is not ours.
+//! Each refusal leaves nothing changed.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+/// Object files of a file, as the daemon reports them: (device, path).
+fn object_paths(path: &std::path::Path) -> Vec<(usize, PathBuf)> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&getxattr(path, "user.stripefs.layout.json").unwrap()).unwrap();
+    v["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["device"].as_u64().unwrap() as usize,
+                PathBuf::from(o["path"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Every object replaced by a symlink to a file outside the volume: the daemon (root) neither
+/// reads nor writes through it, and fsck names it.
+#[test]
+fn a_symlink_planted_among_the_objects_is_never_followed() {
+    let mut v = TestVolume::new(2, "8K", "");
+    let outside = v.root.path().join("secret");
+    fs::write(&outside, b"root's secret, not to be read or written").unwrap();
+    v.mount();
+    let f = v.path("f");
+    fs::write(&f, vec![7u8; 64 * 1024]).unwrap();
+    let objects = object_paths(&f);
+    assert_eq!(objects.len(), 2);
+    v.umount();
+    for (_, obj) in &objects {
+        fs::remove_file(obj).unwrap();
+        std::os::unix::fs::symlink(&outside, obj).unwrap();
+    }
+    v.mount();
+    let read = fs::read(&f);
+    assert!(read.is_err(), "a read through a planted symlink must fail");
+    let file = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    assert!(file.write_at(b"overwrite", 0).is_err());
+    drop(file);
+    v.umount();
+    assert_eq!(
+        fs::read(&outside).unwrap(),
+        b"root's secret, not to be read or written"
+    );
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("not a regular file"), "{text}");
+    // A repair removes the planted entries, never what they point at.
+    stripefs(&["fsck", v.cfg(), "--repair"]);
+    assert!(outside.exists());
+    for (_, obj) in &objects {
+        assert!(fs::symlink_metadata(obj).is_err(), "{}", obj.display());
+    }
+}
+
+/// Without default_permissions stripefs would check nothing: with allow_other that combination
+/// is refused, from the config and from -o alike.
+#[test]
+fn allow_other_without_default_permissions_is_refused() {
+    let mut v = TestVolume::new(1, "64K", "[mount]\nallow_other = true\n");
+    let out = stripefs(&[
+        "mount",
+        v.cfg(),
+        v.mnt_str(),
+        "-o",
+        "no_default_permissions",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("every local user"), "{err}");
+    let cfg = fs::read_to_string(&v.config).unwrap() + "default_permissions = false\n";
+    fs::write(&v.config, cfg).unwrap();
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mount.default_permissions"), "{err}");
+    // Nothing was mounted.
+    v.umount_on_drop();
+    assert!(!fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .contains(v.mnt_str()));
+}
+
+/// `meta` must name a directory of stripefs's own: mkfs refuses one holding other files
+/// before anything is written, devices included.
+#[test]
+fn a_namespace_directory_holding_other_files_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let (dev, meta) = (root.path().join("d0"), root.path().join("etc"));
+    fs::create_dir(&dev).unwrap();
+    fs::create_dir(&meta).unwrap();
+    fs::write(meta.join("passwd"), b"root:x:0:0").unwrap();
+    let config = root.path().join("vol.toml");
+    fs::write(
+        &config,
+        format!(
+            "[volume]\ndevices = [\"{}\"]\nmeta = \"{}\"\n",
+            dev.display(),
+            meta.display()
+        ),
+    )
+    .unwrap();
+    let out = stripefs(&["mkfs", config.to_str().unwrap(), "--force"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("passwd"), "{err}");
+    assert_eq!(fs::read_dir(&meta).unwrap().count(), 1);
+    assert_eq!(
+        fs::read_dir(&dev).unwrap().count(),
+        0,
+        "the device was not formatted"
+    );
+}
+
+/// `cmd` as the user `tests` (no supplementary groups), on an allow_other mount.
+fn as_tests(cmd: &[&str]) -> std::process::Output {
+    run_with_timeout(
+        std::process::Command::new("setpriv")
+            .args(["--reuid=tests", "--regid=tests", "--clear-groups"])
+            .args(cmd),
+        std::time::Duration::from_secs(30),
+    )
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Another user's data change drops set-user-ID and set-group-ID on every path, as ext4 does:
+/// O_DIRECT writes, every write with direct_io = "always", fallocate and hole punching.
+#[test]
+fn set_id_bits_fall_when_another_user_changes_the_data() {
+    use std::os::unix::fs::PermissionsExt;
+    for extra in ["", "direct_io = \"always\"\n"] {
+        let mut v = TestVolume::new(2, "8K", &format!("[mount]\nallow_other = true\n{extra}"));
+        v.mount();
+        let set = |name: &str, mode: u32| {
+            let p = v.path(name);
+            fs::write(&p, vec![1u8; 16384]).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(mode_of(&p), mode);
+            p
+        };
+        // A direct write: set-user-ID falls, and set-group-ID with group execute.
+        let p = set("direct", 0o6777);
+        let of = format!("of={}", p.display());
+        let out = as_tests(&[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=4096",
+            "count=1",
+            "oflag=direct",
+            "conv=notrunc",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(mode_of(&p), 0o777, "{extra}");
+        // fallocate by a user outside the file's group: set-group-ID falls even without
+        // group execute.
+        let p = set("falloc", 0o2666);
+        let out = as_tests(&["fallocate", "-l", "65536", p.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(mode_of(&p), 0o666, "{extra}");
+        let p = set("punch", 0o6766);
+        let out = as_tests(&[
+            "fallocate",
+            "-p",
+            "-o",
+            "0",
+            "-l",
+            "4096",
+            p.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(mode_of(&p), 0o766, "{extra}");
+        // Root's own changes keep them (CAP_FSETID).
+        let p = set("root", 0o6755);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .write_at(b"x", 0)
+            .unwrap();
+        assert_eq!(mode_of(&p), 0o6755);
+        v.umount();
+    }
+}
