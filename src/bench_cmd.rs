@@ -68,7 +68,7 @@ pub enum BenchAction {
         emulate: Option<String>,
         /// Object I/O of the volumes: buffered, or direct (whole blocks with O_DIRECT, so real
         /// disks show their own speed)
-        #[arg(long, default_value = "buffered")]
+        #[arg(long, default_value = "direct")]
         device_io: String,
     },
     /// Measure directories side by side, interleaved, the first as the baseline: a backing

@@ -117,7 +117,7 @@ pub struct VolumeSection {
     pub emulate: Vec<Emulation>,
     /// Injected faults, for tests and drills.
     pub faults: Vec<FaultSection>,
-    /// Object I/O in whole 4K blocks with O_DIRECT (`device_io = "direct"`), so the devices'
+    /// Object I/O in whole 4K blocks with O_DIRECT (`device_io = "direct"`, the default), so the devices'
     /// own speed shows instead of the page cache's.
     pub direct_device_io: bool,
 }
@@ -249,7 +249,7 @@ impl Config {
                 meta: None,
                 emulate: Vec::new(),
                 faults: Vec::new(),
-                direct_device_io: false,
+                direct_device_io: true,
             },
             mount: MountSection::default(),
             cache: None,
@@ -612,8 +612,10 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         .into_iter()
         .map(|f| validate_fault(ctx, f.into_inner(), devices.len()))
         .collect::<Result<_, _>>()?;
+    // Direct by default: buffered object I/O caches every byte twice (the volume's page cache
+    // and the devices') and makes benchmarks of real disks measure RAM.
     let direct_device_io = match raw.device_io {
-        None => false,
+        None => true,
         Some(d) => one_of(
             ctx,
             d,
