@@ -140,6 +140,9 @@ fn io_engine_choice(config: &mountcfg::Config) -> Result<stripe::EngineChoice> {
     })
 }
 
+/// A file's data lock held shared until a request completes (on whichever thread).
+type DataGuard = parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>;
+
 /// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
 fn io_error(e: std::io::Error) -> Error {
     Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
@@ -429,19 +432,19 @@ impl Engine {
             let class = c.class_of(&self.ns, ino);
             let mut buf = IoBuf::zeroed(len);
             let r = c.cache.read(inode.object, offset, &mut buf, class);
-            drop(shared);
             if r.is_ok() {
                 self.ns.note_read(ino);
             }
+            drop(shared);
             return done(r.map(|()| buf).map_err(io_error));
         }
         let me = self.clone();
         self.volume
             .read_async(inode.object, &layout, offset, len, move |r| {
-                drop(shared);
                 if r.is_ok() {
                     me.ns.note_read(ino);
                 }
+                drop(shared);
                 done(r.map_err(Error::from))
             });
     }
@@ -474,19 +477,29 @@ impl Engine {
         if let Some(c) = &self.caching {
             let class = c.class_of(&self.ns, ino);
             let r = c.cache.write(inode.object, offset, data, class);
+            let now = r
+                .map_err(io_error)
+                .and_then(|()| self.ns.note_write(ino, end));
             drop(shared);
-            return done(
-                r.map_err(io_error)
-                    .and_then(|()| self.ns.note_write(ino, end)),
-            );
+            return done(now);
         }
+        // The new size is recorded under the file's data lock, so no truncate or migrate
+        // comes between the data and its size; a failed write is trimmed without it.
         let me = self.clone();
-        let finish = move |r: Result<()>| match r {
-            Ok(()) => done(me.ns.note_write(ino, end)),
+        let finish = move |r: Result<()>, shared: DataGuard| match r {
+            Ok(()) => {
+                let now = me.ns.note_write(ino, end);
+                drop(shared);
+                done(now)
+            }
             Err(e) if end > inode.size => {
+                drop(shared);
                 me.trim_after_failed_write(ino, layout, move || done(Err(e)))
             }
-            Err(e) => done(Err(e)),
+            Err(e) => {
+                drop(shared);
+                done(Err(e))
+            }
         };
         // Written on this thread either way (RAM-backed devices, or an idle engine): no copy,
         // unless O_DIRECT device I/O needs the page-aligned buffer that FUSE's is not.
@@ -494,18 +507,14 @@ impl Engine {
             || (self.volume.idle() && !self.config.volume.direct_device_io);
         if on_this_thread {
             let r = self.volume.write(inode.object, &layout, offset, data);
-            drop(shared);
-            return finish(r.map_err(Error::from));
+            return finish(r.map_err(Error::from), shared);
         }
         self.volume.write_async(
             inode.object,
             &layout,
             offset,
             IoBuf::copy_of(data),
-            move |r| {
-                drop(shared);
-                finish(r.map_err(Error::from))
-            },
+            move |r| finish(r.map_err(Error::from), shared),
         );
     }
 

@@ -326,9 +326,10 @@ impl Cache {
                     g.free.push(s);
                 } else if keep_to < start + self.line {
                     let cut = !mask(0, (keep_to - start) / SECTOR);
-                    let slot = &mut g.slots[s as usize];
-                    slot.valid &= !cut;
-                    slot.dirty &= !cut;
+                    let dirty = g.slots[s as usize].dirty & !cut;
+                    g.slots[s as usize].valid &= !cut;
+                    // Through set_dirty: a line left clean moves to its clean list.
+                    g.set_dirty(s, dirty, Instant::now());
                 }
             }
         }

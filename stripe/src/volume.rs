@@ -551,7 +551,8 @@ impl Volume {
         let dev = layout.device_of_slot(io.slot, self.device_count());
         self.set
             .note_error(dev, write, self.set.admit(dev, write, io))?;
-        let Some(file) = self.object(objs, dev, ino, write)? else {
+        let opened = self.object(objs, dev, ino, write);
+        let Some(file) = self.set.note_error(dev, write, opened)? else {
             for &(o, l) in &io.segments {
                 // SAFETY: the segment lies inside the request's buffer, which is ours.
                 unsafe { std::ptr::write_bytes(base.add(o), 0, l) };
@@ -1171,6 +1172,32 @@ mod tests {
                 (0..64).all(|_| rx.recv().unwrap()),
                 "{choice:?}: every read"
             );
+        }
+    }
+
+    #[test]
+    fn a_flood_of_requests_waits_for_room_and_every_one_completes() {
+        for choice in engines() {
+            let (_root, v) = volume(2, 8192);
+            v.start_engine(choice, 1).unwrap();
+            let layout = Layout::new(8192, 2, 0);
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Far more than the engine keeps in flight: submitters wait, none is lost.
+            for k in 0..1500u64 {
+                let tx = tx.clone();
+                v.write_async(
+                    9,
+                    &layout,
+                    k * 4096,
+                    IoBuf::copy_of(&[k as u8; 4096]),
+                    move |r| tx.send(r.is_ok()).unwrap(),
+                );
+            }
+            assert!((0..1500).all(|_| rx.recv().unwrap()), "{choice:?}");
+            assert!(v.idle());
+            let mut back = vec![0u8; 4096];
+            v.read(9, &layout, 1499 * 4096, &mut back).unwrap();
+            assert!(back.iter().all(|&b| b == (1499u64 as u8)));
         }
     }
 

@@ -544,3 +544,40 @@ fn a_clean_victim_is_found_behind_any_number_of_dirty_lines() {
         "the new line was inserted and now hits"
     );
 }
+
+/// Recovery that cuts a line's dirty sectors past the committed size leaves the line on the
+/// clean list: every later hit, write and eviction finds the LRU lists whole.
+#[test]
+fn recovery_that_cuts_dirty_sectors_keeps_the_lru_lists_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    {
+        let cache = Cache::open(
+            config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+            core.clone(),
+        )
+        .unwrap();
+        cache.write(1, 0, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+        cache.flush_object(1).unwrap();
+        cache.write(1, 4096, &[2u8; 4096], DEFAULT_CLASS).unwrap();
+        cache.sync_object(1).unwrap();
+        // Crash with the file's committed size at 4096: the second sector's data is past it.
+    }
+    let cache = Cache::open(config(store, 1 << 20, 64 << 10, Mode::Wb), core.clone()).unwrap();
+    cache.recover(&|o| (o == 1).then_some(4096)).unwrap();
+    assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
+    cache.write(1, 0, &[3u8; 4096], DEFAULT_CLASS).unwrap();
+    let g = cache.inner.lock();
+    let c = g.classes[DEFAULT_CLASS as usize].as_ref().unwrap();
+    let clean: Vec<u32> = g.links.oldest_first(&c.clean).collect();
+    let dirty: Vec<u32> = g.links.oldest_first(&c.dirty).collect();
+    assert_eq!((clean.len(), dirty.len()), (c.clean.len(), c.dirty.len()));
+    for s in &clean {
+        assert_eq!(g.slots[*s as usize].dirty, 0);
+    }
+    for s in &dirty {
+        assert_ne!(g.slots[*s as usize].dirty, 0);
+    }
+    assert_eq!(dirty.len(), g.dirty_lines);
+}

@@ -66,7 +66,7 @@ pub(crate) struct DevOp {
     pub not_before: Option<Instant>,
     pub on_done: Option<OnDone>,
     /// The engine's count of ops in flight, which this op is part of until it finishes.
-    pub counted: Option<Arc<AtomicUsize>>,
+    pub counted: Option<Arc<InFlight>>,
 }
 
 // SAFETY: the iovecs point into a buffer owned by the op's callback (or by a caller that waits
@@ -158,6 +158,55 @@ impl DevOp {
     }
 }
 
+/// Ops in flight before submitters wait for some to finish: each holds up to a 1 MiB buffer,
+/// so this bounds the daemon's memory under a flood of requests (and keeps completions well
+/// within the ring's CQ). Q32 over 8 devices is 256 ops.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// The ops in flight, and the submitters waiting for room.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    ops: AtomicUsize,
+    waiters: AtomicUsize,
+    lock: parking_lot::Mutex<()>,
+    room: parking_lot::Condvar,
+}
+
+impl InFlight {
+    /// Counts `n` more ops in, waiting while the engine is full (one request always gets in).
+    /// Returns whether nothing was in flight.
+    fn enter(&self, n: usize) -> bool {
+        loop {
+            let now = self.ops.load(SeqCst);
+            if now == 0 || now + n <= MAX_IN_FLIGHT {
+                if self
+                    .ops
+                    .compare_exchange(now, now + n, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    return now == 0;
+                }
+                continue;
+            }
+            self.waiters.fetch_add(1, SeqCst);
+            let mut g = self.lock.lock();
+            // Timed: a wake-up between the load above and this wait is not lost for long.
+            self.room
+                .wait_for(&mut g, std::time::Duration::from_millis(5));
+            drop(g);
+            self.waiters.fetch_sub(1, SeqCst);
+        }
+    }
+
+    fn leave(&self) {
+        self.ops.fetch_sub(1, SeqCst);
+        if self.waiters.load(SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.room.notify_all();
+        }
+    }
+}
+
 /// Linux's IOV_MAX: an op with more iovecs transfers in several rounds.
 pub(crate) const IOV_MAX: usize = 1024;
 
@@ -170,7 +219,7 @@ enum Backend {
 pub(crate) struct IoEngine {
     backend: Backend,
     timer: Arc<timer::Timer>,
-    in_flight: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
 }
 
 impl IoEngine {
@@ -217,21 +266,23 @@ impl IoEngine {
 
     /// Nothing in flight: a request now is latency-bound.
     pub fn idle(&self) -> bool {
-        self.in_flight.load(SeqCst) == 0
+        self.in_flight.ops.load(SeqCst) == 0
     }
 
-    /// Hands ops to the devices; each op's callback runs once it is done. With nothing else
-    /// in flight the submitter does the I/O itself, as a blocking pread would: no hand-off and
-    /// no wake-up, which is what a queue depth of 1 pays for (RND4K Q1T1 on an ext4 disk).
-    /// Under load every op goes to the engine, so the devices see the whole queue.
+    /// Hands a request's ops to the devices; each op's callback runs once it is done. A
+    /// one-piece request with nothing else in flight is latency-bound, and the submitter does
+    /// its I/O itself, as a blocking pread would: no hand-off and no wake-up, which is what a
+    /// queue depth of 1 pays for (RND4K Q1T1 on an ext4 disk). Under load, and for requests
+    /// that span devices (whose pieces must run at once), every op goes to the engine.
     pub fn submit(&self, mut ops: Vec<Box<DevOp>>) {
         if ops.is_empty() {
             return;
         }
-        let idle = self.in_flight.fetch_add(ops.len(), SeqCst) == 0;
+        let idle = self.in_flight.enter(ops.len());
+        let alone = idle && ops.len() == 1;
         for op in &mut ops {
             op.counted = Some(self.in_flight.clone());
-            op.inline |= idle;
+            op.inline |= alone;
         }
         let (inline, queued): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| op.inline);
         match &self.backend {
@@ -268,11 +319,19 @@ pub(crate) fn run_blocking(timer: &timer::Timer, mut op: Box<DevOp>) {
 /// Runs a finished op's callback, at once or when its emulated device would have finished.
 pub(crate) fn finish(timer: &timer::Timer, mut op: Box<DevOp>, result: io::Result<()>) {
     if let Some(c) = op.counted.take() {
-        c.fetch_sub(1, SeqCst);
+        c.leave();
     }
     let Some(cb) = op.on_done.take() else { return };
     match op.not_before {
-        Some(t) if t > Instant::now() => timer.at(t, Box::new(move || cb(result))),
-        _ => cb(result),
+        Some(t) if t > Instant::now() => timer.at(t, Box::new(move || guarded(cb, result))),
+        _ => guarded(cb, result),
+    }
+}
+
+/// Runs a callback; one that panics is logged, and the thread (a completion thread, or a
+/// submitter whose own buffer the kernel may still be filling) goes on.
+fn guarded(cb: OnDone, result: io::Result<()>) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(result))).is_err() {
+        log::error!("an I/O completion callback panicked; the I/O engine goes on");
     }
 }
