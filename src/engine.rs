@@ -419,7 +419,26 @@ impl Engine {
         size: u32,
         done: impl FnOnce(Result<IoBuf>) + Send + 'static,
     ) {
-        let shared = self.io_lock(ino).read_arc();
+        let Some(shared) = self.io_lock(ino).try_read_arc() else {
+            // The file is being truncated or migrated: the request waits on the janitor,
+            // not on a FUSE thread (a few of those serve the whole mount).
+            let me = self.clone();
+            return self.janitor.run(move || {
+                let shared = me.io_lock(ino).read_arc();
+                me.read_locked(shared, ino, offset, size, done)
+            });
+        };
+        self.read_locked(shared, ino, offset, size, done)
+    }
+
+    fn read_locked(
+        self: &Arc<Self>,
+        shared: DataGuard,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        done: impl FnOnce(Result<IoBuf>) + Send + 'static,
+    ) {
         let (inode, layout) = match self.file(ino) {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
@@ -466,7 +485,28 @@ impl Engine {
         else {
             return done(Err(Error::Errno(libc::EFBIG)));
         };
-        let shared = self.io_lock(ino).read_arc();
+        let Some(shared) = self.io_lock(ino).try_read_arc() else {
+            // As in `read`: wait for the truncate or migrate on the janitor.
+            let (me, data) = (self.clone(), data.to_vec());
+            return self.janitor.run(move || {
+                let shared = me.io_lock(ino).read_arc();
+                me.write_locked(shared, caller, ino, offset, &data, end, done)
+            });
+        };
+        self.write_locked(shared, caller, ino, offset, data, end, done)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_locked(
+        self: &Arc<Self>,
+        shared: DataGuard,
+        caller: Caller,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        end: u64,
+        done: impl FnOnce(Result<Inode>) + Send + 'static,
+    ) {
         let (inode, layout) = match self.file(ino) {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
