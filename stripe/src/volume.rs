@@ -625,13 +625,17 @@ impl Volume {
         let mut buf = IoBuf::stale(len);
         let base = buf.as_mut_ptr();
         let join = Join::new(move |r| done(r.map(|()| buf)));
-        let req = Request {
-            ino,
-            layout,
-            base,
-            write: false,
-        };
-        self.submit(req, offset, len, join);
+        self.submit(
+            Request {
+                ino,
+                layout,
+                base,
+                write: false,
+            },
+            offset,
+            len,
+            join,
+        );
     }
 
     /// Writes `data` at `offset`; `done` runs when every device has it.
@@ -648,39 +652,54 @@ impl Volume {
             drop(data);
             done(r)
         });
-        let req = Request {
-            ino,
-            layout,
-            base,
-            write: true,
-        };
-        self.submit(req, offset, len, join);
+        self.submit(
+            Request {
+                ino,
+                layout,
+                base,
+                write: true,
+            },
+            offset,
+            len,
+            join,
+        );
     }
 
     /// Reads `buf.len()` bytes at `offset`, waiting for them; holes read as zeros.
     pub fn read(&self, ino: u64, layout: &Layout, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let waiter = Arc::new(Waiter::default());
-        let req = Request {
-            ino,
-            layout,
-            base: buf.as_mut_ptr(),
-            write: false,
-        };
-        self.submit(req, offset, buf.len(), waiter.join());
-        waiter.wait()
+        let base = buf.as_mut_ptr();
+        self.submit_and_wait(
+            Request {
+                ino,
+                layout,
+                base,
+                write: false,
+            },
+            offset,
+            buf.len(),
+        )
     }
 
     /// Writes `data` at `offset`, waiting until every device has it.
     pub fn write(&self, ino: u64, layout: &Layout, offset: u64, data: &[u8]) -> Result<()> {
+        // Writes only read the buffer.
+        let base = data.as_ptr() as *mut u8;
+        self.submit_and_wait(
+            Request {
+                ino,
+                layout,
+                base,
+                write: true,
+            },
+            offset,
+            data.len(),
+        )
+    }
+
+    /// Submits and waits on this thread: the caller's buffer outlives the request.
+    fn submit_and_wait(&self, req: Request, offset: u64, len: usize) -> Result<()> {
         let waiter = Arc::new(Waiter::default());
-        let req = Request {
-            ino,
-            layout,
-            // Writes only read the buffer.
-            base: data.as_ptr() as *mut u8,
-            write: true,
-        };
-        self.submit(req, offset, data.len(), waiter.join());
+        self.submit(req, offset, len, waiter.join());
         waiter.wait()
     }
 
