@@ -753,13 +753,14 @@ impl Volume {
         Ok(())
     }
 
-    /// fdatasync of every object file of the inode that is open.
+    /// fdatasync of every object file of the inode, open or not: data written through a
+    /// descriptor that was closed since (idle objects are dropped past a bound, and at the last
+    /// close) is still the file's, and fsync must cover it.
     pub fn sync(&self, ino: u64) -> Result<()> {
-        if let Some(objs) = self.open.get(&ino).map(|o| o.clone()) {
-            for (dev, slot) in objs.files.iter().enumerate() {
-                if let Some(f) = slot.get() {
-                    f.sync_data().map_err(|e| self.io_err(dev, e))?;
-                }
+        let objs = self.objects(ino);
+        for dev in 0..self.set.devices.len() {
+            if let Some(f) = self.object(&objs, dev, ino, false)? {
+                f.sync_data().map_err(|e| self.io_err(dev, e))?;
             }
         }
         Ok(())
