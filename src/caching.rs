@@ -3,7 +3,7 @@
 //! each file belongs to (its nearest targeted ancestor, else the volume default).
 
 use crate::error::{errno, Error, Result};
-use crate::namespace::{Kind, Namespace, ROOT};
+use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};
 use cache::{
     Cache, CacheConfig, ClassConfig, ClassId, Mode, Policy, Promotion, SeqCutoff, StoreKind,
 };
@@ -130,6 +130,42 @@ pub struct TargetInfo {
     pub dirty_lines: u64,
 }
 
+/// What a mount may do with a cache file that cannot be used as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheReset {
+    /// Refuse (the default).
+    Keep,
+    /// Replace it, unless it holds data not yet on the devices (`--cache-reset`).
+    Reset,
+    /// Replace it even then: that data is lost (`--cache-reset --discard-dirty`).
+    DiscardDirty,
+}
+
+/// A mount without a cache file (none, or in RAM): the volume generation advances, so the
+/// lines of the cache file it used before are stale when it comes back. Refused while that
+/// cache file holds data the devices lack.
+pub fn mount_without_cache_file(ns: &Namespace, reset: CacheReset) -> Result<()> {
+    let binding = ns.cache_binding()?;
+    if binding.dirty {
+        if reset != CacheReset::DiscardDirty {
+            return Err(Error::Usage(format!(
+                "the volume's cache file {} holds data not yet written to the devices \
+                 (acknowledged writes): mount with the [cache] section that uses it, so it is \
+                 written back; --cache-reset --discard-dirty mounts without it and LOSES that data",
+                binding.path
+            )));
+        }
+        log::warn!(
+            "--discard-dirty: the unwritten data of cache file {} is given up",
+            binding.path
+        );
+    }
+    ns.set_cache_binding(&CacheBinding {
+        generation: binding.generation + 1,
+        ..CacheBinding::default()
+    })
+}
+
 fn mode_of(name: &str) -> Result<Mode> {
     Mode::parse(name).ok_or_else(|| Error::Usage(format!("unknown cache mode \"{name}\"")))
 }
@@ -141,8 +177,8 @@ impl Caching {
         config: &mountcfg::Config,
         section: &mountcfg::CacheSection,
         volume: Arc<Volume>,
-        ns: &Namespace,
-        reset: bool,
+        ns: &Arc<Namespace>,
+        reset: CacheReset,
     ) -> Result<Caching> {
         let target_mode = mode_of(&section.mode)?;
         let policy = Policy {
@@ -160,11 +196,25 @@ impl Caching {
             batch: section.batch,
             dirty_high: section.dirty_high,
         };
+        let store = match &section.store {
+            mountcfg::CacheStore::Ram => StoreKind::Ram,
+            mountcfg::CacheStore::File(p) => StoreKind::File(p.clone()),
+        };
+        let file = cache::cache_file(&store);
+        if file.is_none() {
+            mount_without_cache_file(ns, reset)?;
+        }
+        let binding = ns.cache_binding()?;
+        let on_first_dirty = {
+            let ns = ns.clone();
+            Arc::new(move || {
+                let mut b = ns.cache_binding().map_err(std::io::Error::other)?;
+                b.dirty = true;
+                ns.set_cache_binding(&b).map_err(std::io::Error::other)
+            })
+        };
         let cfg = CacheConfig {
-            store: match &section.store {
-                mountcfg::CacheStore::Ram => StoreKind::Ram,
-                mountcfg::CacheStore::File(p) => StoreKind::File(p.clone()),
-            },
+            store,
             size: section.size,
             line_size: section.line_size,
             default_mode: if section.default_all {
@@ -174,7 +224,12 @@ impl Caching {
             },
             policy,
             volume: *volume.uuid().as_bytes(),
-            reset,
+            reset: reset != CacheReset::Keep,
+            discard_dirty: reset == CacheReset::DiscardDirty,
+            generation: binding.generation,
+            bound: binding.cache,
+            holds_dirty: binding.dirty,
+            on_first_dirty: Some(on_first_dirty),
             throttle: match &section.emulate {
                 Some(name) => {
                     let model = stripe::DeviceModel::profile(name)
@@ -185,6 +240,15 @@ impl Caching {
             },
         };
         let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
+        if let Some(file) = file {
+            // Before any I/O: from now on the volume's lines are this cache's.
+            ns.set_cache_binding(&CacheBinding {
+                generation: binding.generation,
+                cache: Some(cache.id()),
+                path: file.display().to_string(),
+                dirty: binding.dirty && binding.cache == Some(cache.id()),
+            })?;
+        }
         let (inodes, _) = ns.snapshot();
         let sizes: HashMap<u64, u64> = inodes
             .iter()
@@ -363,12 +427,44 @@ impl Caching {
     }
 
     /// Unmount: the cleaner stops and every dirty line is written back.
-    pub fn shutdown(&self) -> Result<()> {
+    /// Unmount: everything written back; a cache file then holds nothing the devices lack,
+    /// and the volume records so. What a RAM store cannot write back goes to the `rescue`
+    /// file, and the unmount fails saying so: the next mount writes it back.
+    pub fn shutdown(&self, ns: &Namespace, rescue: &std::path::Path) -> Result<()> {
         let r = self.cache.shutdown();
         if let Some(h) = self.cleaner.lock().take() {
             let _ = h.join();
         }
-        r.map_err(|e| Error::Usage(format!("writing back the cache: {e}")))
+        if let Err(e) = r {
+            if self.cache.persistent() {
+                return Err(Error::Usage(format!(
+                    "writing back the cache: {e}; its dirty lines stay in the cache file, and \
+                     the next mount writes them back"
+                )));
+            }
+            let kept = self
+                .cache
+                .dirty_runs()
+                .and_then(|runs| crate::rescue::save(rescue, &runs));
+            return Err(Error::Usage(match kept {
+                Ok(bytes) => format!(
+                    "writing back the cache: {e}. {bytes} bytes of unwritten data are kept in \
+                     {}; the next mount writes them back",
+                    rescue.display()
+                ),
+                Err(k) => format!(
+                    "writing back the cache: {e}; keeping the unwritten data in {} failed too \
+                     ({k}): it is LOST",
+                    rescue.display()
+                ),
+            }));
+        }
+        if self.cache.persistent() {
+            let mut b = ns.cache_binding()?;
+            b.dirty = false;
+            ns.set_cache_binding(&b)?;
+        }
+        Ok(())
     }
 }
 

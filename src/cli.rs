@@ -1,5 +1,6 @@
 //! The command line: one binary, subcommands.
 
+use crate::caching::CacheReset;
 use crate::control::PREFIX;
 use crate::daemon::{self, Ready, DAEMON_ENV};
 use crate::engine::namespace_path;
@@ -44,9 +45,13 @@ enum Command {
         /// Log file of a background daemon [default: on the first device]
         #[arg(long)]
         log: Option<PathBuf>,
-        /// Discard a cache file that does not fit (another volume's, or other settings)
+        /// Replace a cache file that does not fit (another volume's, other settings, damaged);
+        /// refused while it holds data not yet written to the devices
         #[arg(long)]
         cache_reset: bool,
+        /// With --cache-reset: replace it even then, LOSING that unwritten data
+        #[arg(long, requires = "cache_reset")]
+        discard_dirty: bool,
         #[arg(long, hide = true)]
         ready_fd: Option<i32>,
     },
@@ -241,8 +246,14 @@ fn run(command: Command) -> Result<i32> {
             options,
             log,
             cache_reset,
+            discard_dirty,
             ready_fd,
         } => {
+            let reset = match (cache_reset, discard_dirty) {
+                (_, true) => CacheReset::DiscardDirty,
+                (true, false) => CacheReset::Reset,
+                (false, false) => CacheReset::Keep,
+            };
             let mut cfg = mountcfg::load(&config)?;
             if let Some(o) = &options {
                 daemon::apply_mount_options(&mut cfg, o)?;
@@ -253,7 +264,7 @@ fn run(command: Command) -> Result<i32> {
                     Some(fd) => unsafe { Ready::from_fd(fd) },
                     None => Ready::none(),
                 };
-                daemon::run_foreground(cfg, &mountpoint, cache_reset, ready)?;
+                daemon::run_foreground(cfg, &mountpoint, reset, ready)?;
             } else {
                 let log = log.unwrap_or_else(|| daemon::default_log_path(&cfg));
                 let mut args = vec![
@@ -267,6 +278,9 @@ fn run(command: Command) -> Result<i32> {
                 }
                 if cache_reset {
                     args.push("--cache-reset".into());
+                }
+                if discard_dirty {
+                    args.push("--discard-dirty".into());
                 }
                 daemon::spawn_background(&args, &log)?;
             }
@@ -406,7 +420,7 @@ fn mkfs(config: &Path, force: bool) -> Result<()> {
     let ns_path = namespace_path(&cfg);
     if cfg.volume.meta.is_some() && ns_path.exists() && !force {
         return Err(Error::Usage(format!(
-            "{} already holds a namespace; use --force to replace it",
+            "{} already holds a namespace; --force replaces it (every file of that volume is LOST)",
             ns_path.display()
         )));
     }
@@ -926,5 +940,5 @@ fn demo(dir: &Path, devices: usize) -> Result<()> {
         m = mnt.display(),
         d = dir.display()
     );
-    daemon::run_foreground(cfg, &mnt, false, Ready::none())
+    daemon::run_foreground(cfg, &mnt, CacheReset::Keep, Ready::none())
 }

@@ -1,6 +1,7 @@
 //! Daemon life: mounting in the foreground or as a background daemon that reports readiness,
 //! the periodic committer, clean unmount on SIGTERM/SIGINT, and `stripefs umount`.
 
+use crate::caching::CacheReset;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fs::StripeFs;
@@ -17,6 +18,16 @@ use std::time::{Duration, Instant};
 
 /// Env var that tells a re-executed binary it is the daemon child.
 pub const DAEMON_ENV: &str = "STRIPEFS_DAEMON_CHILD";
+/// How the last daemon's unmount went, beside the namespace: `stripefs umount` reads it once
+/// the daemon is gone, so it never exits 0 when data was left behind.
+pub const STOP_REPORT: &str = "stripefs.stop";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StopReport {
+    pid: u32,
+    ok: bool,
+    error: String,
+}
 
 /// Applies `-o` mount options over the config's `[mount]` section.
 pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<()> {
@@ -134,7 +145,7 @@ impl Ready {
 pub fn run_foreground(
     config: mountcfg::Config,
     mountpoint: &Path,
-    cache_reset: bool,
+    cache_reset: CacheReset,
     mut ready: Ready,
 ) -> Result<()> {
     let result = serve(config, mountpoint, cache_reset, &mut ready);
@@ -147,7 +158,7 @@ pub fn run_foreground(
 fn serve(
     config: mountcfg::Config,
     mountpoint: &Path,
-    cache_reset: bool,
+    cache_reset: CacheReset,
     ready: &mut Ready,
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
@@ -245,6 +256,25 @@ fn serve(
     signal_handle.close();
     let _ = signal_thread.join();
     let synced = engine.shutdown();
+    let report = StopReport {
+        pid: std::process::id(),
+        ok: synced.is_ok(),
+        error: synced
+            .as_ref()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
+    };
+    let report_path = crate::engine::namespace_path(&engine.config).with_file_name(STOP_REPORT);
+    if let Err(e) = serde_json::to_vec(&report)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&report_path, b))
+    {
+        log::error!("cannot write {}: {e}", report_path.display());
+    }
+    if let Err(e) = &synced {
+        log::error!("unmount of {} left work undone: {e}", mountpoint.display());
+    }
     log::info!("unmounted {}", mountpoint.display());
     served.map_err(|e| Error::Usage(format!("serving {}: {e}", mountpoint.display())))?;
     synced
@@ -415,7 +445,19 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(())
+    let report = status["namespace"]
+        .as_str()
+        .map(|ns| Path::new(ns).with_file_name(STOP_REPORT))
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice::<StopReport>(&b).ok());
+    match report {
+        Some(r) if r.pid == pid as u32 && !r.ok => Err(Error::Usage(format!(
+            "unmounted {}, but the daemon could not finish: {}",
+            mountpoint.display(),
+            r.error
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// True while `pid` runs (a zombie counts as finished).

@@ -1,7 +1,7 @@
 //! A mounted volume without the FUSE wire: the namespace and the striped devices together,
 //! with the data operations, durability (commit) and the control values built on them.
 
-use crate::caching::Caching;
+use crate::caching::{mount_without_cache_file, CacheReset, Caching};
 use crate::error::{errno, Error, Result};
 use crate::janitor::Janitor;
 use crate::namespace::{Inode, Kind, Namespace, SetAttr};
@@ -9,6 +9,7 @@ use dashmap::DashMap;
 use parking_lot::RwLock;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use stripe::{IoBuf, Layout, Volume};
@@ -16,7 +17,7 @@ use stripe::{IoBuf, Layout, Volume};
 pub struct Engine {
     pub config: mountcfg::Config,
     pub volume: Arc<Volume>,
-    pub ns: Namespace,
+    pub ns: Arc<Namespace>,
     /// The cache in front of the devices, if the config has one.
     pub caching: Option<Caching>,
     /// Per-inode data lock: reads and writes share it, truncate and migrate take it alone.
@@ -25,6 +26,9 @@ pub struct Engine {
     janitor: Janitor,
     /// Serialises commits so the doomed-object deletes of one never race another's.
     commit_lock: parking_lot::Mutex<()>,
+    /// A cut past a durable new size failed: the stop is not marked clean, so the next mount's
+    /// sweep trims what is past the size.
+    needs_sweep: AtomicBool,
     started: Instant,
     pub mountpoint: PathBuf,
 }
@@ -178,7 +182,14 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
 
 /// What a `volume.meta` directory may hold besides nothing: the namespace store, the daemon's
 /// log, and a cache file placed beside them.
-const META_FILES: [&str; 3] = ["namespace.redb", "stripefs.log", "stripefs.cache"];
+const META_FILES: [&str; 6] = [
+    "namespace.redb",
+    "stripefs.log",
+    "stripefs.cache",
+    crate::rescue::FILE,
+    "stripefs.rescue.new",
+    crate::daemon::STOP_REPORT,
+];
 
 /// A `volume.meta` directory must be stripefs's own: empty, or holding only what stripefs puts
 /// there. Anything else (`meta = "/etc"`) is refused before a byte is written.
@@ -311,9 +322,13 @@ pub struct LayoutInfo {
 }
 
 impl Engine {
-    /// Opens the volume a config describes; `cache_reset` discards a cache file that does
-    /// not fit (another volume's, or other settings).
-    pub fn open(config: mountcfg::Config, mountpoint: &Path, cache_reset: bool) -> Result<Engine> {
+    /// Opens the volume a config describes; `cache_reset` says what may happen to a cache
+    /// file that does not fit (another volume's, other settings, damaged).
+    pub fn open(
+        config: mountcfg::Config,
+        mountpoint: &Path,
+        cache_reset: CacheReset,
+    ) -> Result<Engine> {
         let mut volume = Volume::open(&config.volume.devices)?;
         for e in &config.volume.emulate {
             let model = device_model(e)?;
@@ -340,7 +355,7 @@ impl Engine {
         }
         check_meta_dir(&config)?;
         let ns_path = namespace_path(&config);
-        let ns = Namespace::open(&ns_path)?;
+        let ns = Arc::new(Namespace::open(&ns_path)?);
         if ns.uuid() != volume.uuid() {
             return Err(Error::Usage(format!(
                 "namespace store {} belongs to volume {}, but the devices are volume {}",
@@ -361,6 +376,16 @@ impl Engine {
         }
         ns.set_clean(false)?;
         let volume = Arc::new(volume);
+        let rescue = crate::rescue::path(&ns_path);
+        let sizes: std::collections::HashMap<u64, u64> =
+            inodes.iter().map(|i| (i.object, i.size)).collect();
+        if let Some(bytes) = crate::rescue::replay(&rescue, &*volume, &|o| sizes.get(&o).copied())?
+        {
+            log::warn!(
+                "wrote back {bytes} bytes that the last unmount kept in {}",
+                rescue.display()
+            );
+        }
         let caching = match &config.cache {
             Some(section) => Some(Caching::open(
                 &config,
@@ -369,7 +394,10 @@ impl Engine {
                 &ns,
                 cache_reset,
             )?),
-            None => None,
+            None => {
+                mount_without_cache_file(&ns, cache_reset)?;
+                None
+            }
         };
         Ok(Engine {
             caching,
@@ -380,6 +408,7 @@ impl Engine {
             janitor: Janitor::start()
                 .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
             commit_lock: parking_lot::Mutex::new(()),
+            needs_sweep: AtomicBool::new(false),
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
         })
@@ -479,10 +508,7 @@ impl Engine {
         data: &[u8],
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
-        let Some(end) = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= i64::MAX as u64)
-        else {
+        let Some(end) = offset.checked_add(data.len() as u64) else {
             return done(Err(Error::Errno(libc::EFBIG)));
         };
         let Some(shared) = self.io_lock(ino).try_read_arc() else {
@@ -511,7 +537,10 @@ impl Engine {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
-        if let Err(e) = self.drop_setid(&inode, caller) {
+        if let Err(e) = self
+            .check_size(&layout, end)
+            .and_then(|()| self.drop_setid(&inode, caller))
+        {
             return done(Err(e));
         }
         if let Some(c) = &self.caching {
@@ -595,19 +624,39 @@ impl Engine {
         });
     }
 
-    /// Sets a file's size: objects are cut first, so growing later reads zeros.
-    pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
-        if size > i64::MAX as u64 {
-            return errno(libc::EFBIG);
-        }
+    /// Sets a file's size (`attrs.size`) with the other attribute changes of the same call.
+    /// A shrink makes the new size durable before the cache and the objects are cut: a crash
+    /// in between leaves the new size with data past it, which the next mount's sweep trims,
+    /// never the old size over data already cut.
+    pub fn set_size(&self, ino: u64, attrs: &SetAttr) -> Result<Inode> {
+        let Some(size) = attrs.size else {
+            return self.ns.setattr(ino, attrs);
+        };
         let lock = self.io_lock(ino);
         let _alone = lock.write();
         let (inode, layout) = self.file(ino)?;
+        self.check_size(&layout, size)?;
+        let now = self.ns.setattr(ino, attrs)?;
         if size < inode.size {
-            if let Some(c) = &self.caching {
-                c.cache.truncate(inode.object, size).map_err(io_error)?;
+            self.commit()?;
+            let cut = match &self.caching {
+                Some(c) => c.cache.truncate(inode.object, size).map_err(io_error),
+                None => Ok(()),
             }
-            self.volume.truncate(inode.object, &layout, size)?;
+            .and_then(|()| Ok(self.volume.truncate(inode.object, &layout, size)?));
+            if let Err(e) = cut {
+                // The size is durable; what is past it goes at the next mount's sweep.
+                self.needs_sweep.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(now)
+    }
+
+    /// EFBIG for a file end that some object of `layout` could not reach on its device.
+    fn check_size(&self, layout: &Layout, end: u64) -> Result<()> {
+        if end > self.volume.max_file_size(layout) {
+            return errno(libc::EFBIG);
         }
         Ok(())
     }
@@ -627,13 +676,11 @@ impl Engine {
         if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
             return errno(libc::EINVAL);
         }
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= i64::MAX as u64)
-            .ok_or(Error::Errno(libc::EFBIG))?;
+        let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
         let _shared = lock.read();
         let (inode, layout) = self.file(ino)?;
+        self.check_size(&layout, end)?;
         self.drop_setid(&inode, caller)?;
         // Punching past the end of file changes nothing.
         let end_in_file = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
@@ -696,11 +743,18 @@ impl Engine {
     /// the volume marked cleanly stopped.
     pub fn shutdown(&self) -> Result<()> {
         let cached = match &self.caching {
-            Some(c) => c.shutdown(),
+            Some(c) => c.shutdown(
+                &self.ns,
+                &crate::rescue::path(&namespace_path(&self.config)),
+            ),
             None => Ok(()),
         };
         let synced = self.sync_all();
         cached.and(synced)?;
+        if self.needs_sweep.load(Ordering::Relaxed) {
+            log::warn!("a truncate could not cut its objects: the next mount trims them");
+            return Ok(());
+        }
         self.ns.set_clean(true)
     }
 

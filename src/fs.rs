@@ -212,23 +212,18 @@ impl Filesystem for StripeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = (|| {
-            if let Some(s) = size {
-                self.engine.truncate(ino.0, s)?;
-            }
-            self.engine.ns.setattr(
-                ino.0,
-                &SetAttr {
-                    perm: mode.map(|m| (m & 0o7777) as u16),
-                    uid,
-                    gid,
-                    size,
-                    atime: atime.map(time_of),
-                    mtime: mtime.map(time_of),
-                    ctime: ctime.map(Time::from),
-                },
-            )
-        })();
+        let r = self.engine.set_size(
+            ino.0,
+            &SetAttr {
+                perm: mode.map(|m| (m & 0o7777) as u16),
+                uid,
+                gid,
+                size,
+                atime: atime.map(time_of),
+                mtime: mtime.map(time_of),
+                ctime: ctime.map(Time::from),
+            },
+        );
         match r {
             Ok(i) => reply.attr(&self.ttl, &self.attr(&i)),
             Err(e) => reply.error(err(&e)),
@@ -354,13 +349,11 @@ impl Filesystem for StripeFs {
             Ok(i) => {
                 // With FUSE_ATOMIC_O_TRUNC the truncation comes with the open, not as a setattr.
                 if flags.0 & libc::O_TRUNC != 0 && i.kind == Kind::File {
-                    let truncated = self.engine.truncate(ino.0, 0).and_then(|()| {
-                        let size = SetAttr {
-                            size: Some(0),
-                            ..SetAttr::default()
-                        };
-                        self.engine.ns.setattr(ino.0, &size)
-                    });
+                    let size = SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    };
+                    let truncated = self.engine.set_size(ino.0, &size);
                     if let Err(e) = truncated {
                         return reply.error(err(&e));
                     }

@@ -106,6 +106,19 @@ pub struct Inode {
     pub symlink: Vec<u8>,
 }
 
+/// What the volume knows durably of its cache: the volume generation (every mount without a
+/// cache file advances it, so a cache file's lines count only for the generation it used),
+/// which cache file it last used, and whether that one may hold data the devices lack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CacheBinding {
+    pub generation: u64,
+    /// The id of the cache file last used, and where it was.
+    pub cache: Option<[u8; 16]>,
+    pub path: String,
+    /// That cache may hold dirty data: it must be there, undamaged, at the next mount.
+    pub dirty: bool,
+}
+
 /// A directory entry: (parent, name, inode).
 pub type Entry = (u64, Vec<u8>, u64);
 
@@ -414,14 +427,34 @@ impl Namespace {
 
     /// Records durably whether the volume is cleanly stopped (mount sets false, unmount true).
     pub fn set_clean(&self, clean: bool) -> Result<()> {
+        self.set_meta_durably("clean", &[u8::from(clean)])
+    }
+
+    pub fn cache_binding(&self) -> Result<CacheBinding> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        match meta.get("cache")? {
+            None => Ok(CacheBinding::default()),
+            Some(v) => serde_json::from_slice(v.value())
+                .map_err(|e| Error::Store(format!("the namespace's cache binding: {e}"))),
+        }
+    }
+
+    /// Records the cache binding durably before returning.
+    pub fn set_cache_binding(&self, binding: &CacheBinding) -> Result<()> {
+        let bytes = serde_json::to_vec(binding).map_err(|e| Error::Store(e.to_string()))?;
+        self.set_meta_durably("cache", &bytes)
+    }
+
+    fn set_meta_durably(&self, key: &str, value: &[u8]) -> Result<()> {
         let mut st = self.state.write();
         let tx = self.db.begin_write()?;
-        tx.open_table(META)?
-            .insert("clean", [u8::from(clean)].as_slice())?;
+        tx.open_table(META)?.insert(key, value)?;
         tx.commit()?;
         st.changed_since_sync = true;
-        drop(st);
-        self.sync().map(|_| ())
+        // The objects this makes safe to delete wait for the next `sync`, whose caller
+        // deletes them.
+        self.make_durable(&mut st)
     }
 
     /// Object ids are never reused: after a crash, ids handed out by lost transactions may
@@ -498,14 +531,19 @@ impl Namespace {
     /// Makes every change so far durable. Returns the object ids that are now safe to delete.
     pub fn sync(&self) -> Result<Vec<u64>> {
         let mut st = self.state.write();
+        self.make_durable(&mut st)?;
+        Ok(std::mem::take(&mut st.doomed_objects))
+    }
+
+    fn make_durable(&self, st: &mut State) -> Result<()> {
         if !st.changed_since_sync && st.dirty.is_empty() {
-            return Ok(std::mem::take(&mut st.doomed_objects));
+            return Ok(());
         }
-        self.persist(&mut st, Changes::default(), Durability::Immediate)?;
+        self.persist(st, Changes::default(), Durability::Immediate)?;
         st.changed_since_sync = false;
         let pending = std::mem::take(&mut st.doomed_pending);
         st.doomed_objects.extend(pending);
-        Ok(std::mem::take(&mut st.doomed_objects))
+        Ok(())
     }
 
     pub fn get(&self, ino: u64) -> Result<Inode> {

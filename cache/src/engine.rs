@@ -1,5 +1,6 @@
 //! The cache proper: line index, modes, eviction, cleaning, persistence and recovery.
 
+use crate::attach::{attach, Attached};
 use crate::lru::{Links, List};
 use crate::mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 use crate::stats::{CacheStats, ClassStats, Counters};
@@ -30,8 +31,21 @@ pub struct CacheConfig {
     pub policy: Policy,
     /// The volume the cache belongs to; a file store of another volume is refused.
     pub volume: [u8; 16],
-    /// Discard an existing cache file (foreign, or made with other settings).
+    /// Discard an existing cache file (foreign, or made with other settings), unless it
+    /// holds unwritten data and `discard_dirty` is not given.
     pub reset: bool,
+    /// Drop unwritten (dirty) data where a cache cannot be used as it is.
+    pub discard_dirty: bool,
+    /// The volume generation now: a cache file of another generation holds stale lines.
+    pub generation: u64,
+    /// The cache (by id) the volume last used, whose lines may still be current.
+    pub bound: Option<[u8; 16]>,
+    /// The volume knows that its bound cache holds data not yet on the core: that cache
+    /// missing, replaced or damaged refuses to open.
+    pub holds_dirty: bool,
+    /// Called once, before the first dirty line becomes durable in a cache file: the owner
+    /// records that the cache now holds data the core lacks.
+    pub on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
     /// A model that makes the store behave like a slower device.
     pub throttle: Option<Arc<dyn crate::Throttle>>,
 }
@@ -40,14 +54,30 @@ pub struct CacheConfig {
 pub enum CacheError {
     #[error("cache: {0}")]
     Io(#[from] io::Error),
-    #[error("cache file {0} belongs to another volume; --cache-reset discards it")]
-    Foreign(String),
-    #[error("cache file {path} was made with line size {line_size} and {slots} lines; the config asks for {want}; --cache-reset recreates it")]
+    #[error("cache file {path} belongs to another volume{}; --cache-reset replaces it{}", held(*dirty_lines), lost(*dirty_lines))]
+    Foreign { path: String, dirty_lines: usize },
+    #[error("cache file {path} was made with line size {line_size} and {slots} lines; the config asks for {want}. Mount with the settings it was made with and unmount (that writes its data back), or --cache-reset replaces it (refused while it holds unwritten data)")]
     Mismatch {
         path: String,
         line_size: u64,
         slots: u64,
         want: String,
+    },
+    #[error("cache file {0} is missing, but the volume records that its cache holds data not yet written to the devices (acknowledged writes). Make it reachable (is its device mounted?) and mount again; --cache-reset --discard-dirty mounts without it and LOSES that data")]
+    Missing(String),
+    #[error("cache file {0} is not the cache that holds this volume's unwritten data (another file is in its place). Put the right one back and mount again; --cache-reset --discard-dirty LOSES that data")]
+    NotBound(String),
+    #[error("cache file {path} is damaged: {what}. Its unwritten data cannot be trusted; `stripefs fsck` names the files it may hold; --cache-reset --discard-dirty drops it (that data is LOST)")]
+    Damaged { path: String, what: String },
+    #[error("cache file {0} has format 1 (an older stripefs) and was not stopped clean: mount it with that version and unmount, or --cache-reset --discard-dirty drops what it holds (LOST)")]
+    Format1(String),
+    #[error("{0} exists and is not a stripefs cache file; it is neither used nor replaced: point the config's cache store elsewhere")]
+    NotCache(String),
+    #[error("--cache-reset would drop cache file {path}, which holds {dirty_lines} line(s) of data not yet written to the devices{}. Mount without --cache-reset (that writes them back), or add --discard-dirty to drop them (LOST)", if *damaged > 0 { format!(" and {damaged} damaged record(s)") } else { String::new() })]
+    DirtyReset {
+        path: String,
+        dirty_lines: usize,
+        damaged: usize,
     },
     #[error("cache: {0}")]
     Config(String),
@@ -119,6 +149,13 @@ pub struct Cache {
     wake: Condvar,
     stop: AtomicBool,
     volume: [u8; 16],
+    /// Made when the cache file was: the volume names the cache holding its dirty data by it.
+    id: [u8; 16],
+    generation: u64,
+    /// The owner knows the cache may hold dirty data (`on_first_dirty` was called, or the
+    /// volume knew it at open).
+    dirty_declared: Mutex<bool>,
+    on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
     /// The cache device failed: everything runs pass-through; dirty lines stay where they are.
     failed: AtomicBool,
 }
@@ -167,6 +204,22 @@ fn runs(m: u64) -> Vec<(u64, u64)> {
     out
 }
 
+fn held(dirty_lines: usize) -> String {
+    if dirty_lines > 0 {
+        format!(" and holds {dirty_lines} line(s) of its unwritten data")
+    } else {
+        String::new()
+    }
+}
+
+fn lost(dirty_lines: usize) -> &'static str {
+    if dirty_lines > 0 {
+        " only with --discard-dirty (that volume LOSES that data)"
+    } else {
+        ""
+    }
+}
+
 fn io_err(msg: String) -> io::Error {
     io::Error::other(msg)
 }
@@ -188,56 +241,11 @@ impl Cache {
                 cfg.size
             )));
         }
-        let (mut store, records) = match &cfg.store {
-            StoreKind::Ram => (Store::ram(line, nslots)?, Vec::new()),
-            StoreKind::File(p) => {
-                let path = if p.is_dir() {
-                    p.join("stripefs.cache")
-                } else {
-                    p.clone()
-                };
-                if cfg.reset && path.exists() {
-                    std::fs::remove_file(&path)?;
-                }
-                let (store, header) = Store::file(&path, line, nslots)?;
-                let mut records = Vec::new();
-                if let Some(h) = header {
-                    if h.volume != cfg.volume {
-                        return Err(CacheError::Foreign(path.display().to_string()));
-                    }
-                    if h.line_size != line || h.slots != nslots {
-                        return Err(CacheError::Mismatch {
-                            path: path.display().to_string(),
-                            line_size: h.line_size,
-                            slots: h.slots,
-                            want: format!("line size {line} and {nslots} lines"),
-                        });
-                    }
-                    records = store
-                        .read_records()?
-                        .into_iter()
-                        .map(|r| {
-                            // After a crash only dirty sectors are known to be right.
-                            if h.clean {
-                                r
-                            } else {
-                                Record {
-                                    valid: r.dirty,
-                                    ..r
-                                }
-                            }
-                        })
-                        .collect();
-                }
-                store.write_header(&Header {
-                    volume: cfg.volume,
-                    line_size: line,
-                    slots: nslots,
-                    clean: false,
-                })?;
-                (store, records)
-            }
-        };
+        let Attached {
+            mut store,
+            records,
+            id,
+        } = attach(&cfg, line, nslots)?;
         store.throttle = cfg.throttle.clone();
         let mut default = ClassConfig::new("default", cfg.default_mode);
         default.priority = 1;
@@ -297,12 +305,26 @@ impl Cache {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             volume: cfg.volume,
+            id,
+            generation: cfg.generation,
+            dirty_declared: Mutex::new(cfg.holds_dirty && cfg.bound == Some(id)),
+            on_first_dirty: cfg.on_first_dirty.clone(),
             failed: AtomicBool::new(false),
         }))
     }
 
     pub fn line_size(&self) -> u64 {
         self.line
+    }
+
+    /// The cache's identity (made with its file; a RAM store's is new at every mount).
+    pub fn id(&self) -> [u8; 16] {
+        self.id
+    }
+
+    /// Whether the store outlives the daemon (a cache file).
+    pub fn persistent(&self) -> bool {
+        self.store.persistent()
     }
 
     /// After a crash: drops lines of objects that no longer exist, clips the rest to the
@@ -333,9 +355,26 @@ impl Cache {
                 }
             }
         }
-        let before = self.stats().dirty_lines;
-        self.flush_all(&mut |_, _| {})?;
-        Ok(before as usize)
+        // Every dirty line is tried; one that cannot be written back (its device failed)
+        // stays dirty in the cache, durable, for the cleaner to retry: the volume mounts.
+        let dirty: Vec<(u64, u64)> = {
+            let g = self.inner.lock();
+            g.index
+                .iter()
+                .filter(|(_, &s)| g.slots[s as usize].dirty != 0)
+                .map(|(&k, _)| k)
+                .collect()
+        };
+        let mut written = 0;
+        for chunk in dirty.chunks(256) {
+            match self.clean_keys(chunk) {
+                Ok(n) => written += n,
+                Err(e) => log::error!(
+                    "recovery: dirty lines that cannot be written back stay in the cache: {e}"
+                ),
+            }
+        }
+        Ok(written)
     }
 
     // ----- classes -----
@@ -829,7 +868,18 @@ impl Cache {
             .map(|p| (p.touched & p.valid).count_ones())
             .sum();
         let result = self.write_parts(object, offset, data, &mut parts, mode, cutoff, &mut c);
+        let (wiped, wipe_failed) = self.wipe_invalidated(&parts);
+        let result = match wipe_failed {
+            Some(e) if result.is_ok() => {
+                c.cache_errors += 1;
+                Err(e)
+            }
+            _ => result,
+        };
         let mut g = self.inner.lock();
+        for s in wiped {
+            g.slots[s as usize].disk_dirty = false;
+        }
         if mode == Mode::Pt || cutoff {
             c.pass_through_writes += 1;
         } else if had == need {
@@ -960,6 +1010,32 @@ impl Cache {
         Ok(())
     }
 
+    /// Lines this write invalidated whose durable record still says dirty get an empty
+    /// record, durably, before the write completes: after a crash, recovery must not write
+    /// their old data back over what the core got since. Returns the slots wiped, and the
+    /// error that stopped one (the write then fails: its old data could come back).
+    fn wipe_invalidated(&self, parts: &[Part]) -> (Vec<u32>, Option<io::Error>) {
+        if !self.store.persistent() || !parts.iter().any(|p| p.slot.is_some() && p.valid == 0) {
+            return (Vec::new(), None);
+        }
+        let doomed: Vec<u32> = {
+            let g = self.inner.lock();
+            parts
+                .iter()
+                .filter_map(|p| p.slot.filter(|_| p.valid == 0))
+                .filter(|&s| g.slots[s as usize].disk_dirty)
+                .collect()
+        };
+        let mut wiped = Vec::with_capacity(doomed.len());
+        for s in doomed {
+            if let Err(e) = self.write_empty_record(s) {
+                return (wiped, Some(e));
+            }
+            wiped.push(s);
+        }
+        (wiped, None)
+    }
+
     // ----- cleaning, flushing, durability -----
 
     /// Writes back every dirty line that `pick(object, class)` selects.
@@ -1070,6 +1146,9 @@ impl Cache {
             let g = self.inner.lock();
             slots.iter().map(|&s| (s, g.record(s))).collect()
         };
+        if records.iter().any(|(_, r)| r.dirty != 0) {
+            self.declare_dirty()?;
+        }
         for (s, r) in &records {
             self.store.write_record(*s, r)?;
         }
@@ -1082,6 +1161,18 @@ impl Cache {
             } else {
                 g.slots[s as usize].disk_dirty |= r.dirty != 0;
             }
+        }
+        Ok(())
+    }
+
+    /// Tells the owner, once, that dirty lines are about to become durable in the store.
+    fn declare_dirty(&self) -> io::Result<()> {
+        let mut declared = self.dirty_declared.lock();
+        if !*declared {
+            if let Some(hook) = &self.on_first_dirty {
+                hook()?;
+            }
+            *declared = true;
         }
         Ok(())
     }
@@ -1188,6 +1279,8 @@ impl Cache {
             self.persist(&all)?;
             self.store.write_header(&Header {
                 volume: self.volume,
+                id: self.id,
+                generation: self.generation,
                 line_size: self.line,
                 slots: self.nslots as u64,
                 clean: true,
@@ -1488,5 +1581,8 @@ impl Inner {
     }
 }
 
+mod rescue;
 #[cfg(test)]
 mod tests;
+
+pub use rescue::DirtyRun;

@@ -5,13 +5,15 @@
 //! Concurrency: one mutex guards the metadata; a line being worked on is marked busy, so each
 //! line sees one operation at a time, while data moves (store and core I/O) outside the mutex.
 
+mod attach;
 mod engine;
 mod lru;
 mod mode;
 mod stats;
 mod store;
 
-pub use engine::{Cache, CacheConfig, CacheError, StoreKind};
+pub use attach::cache_file;
+pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, StoreKind};
 pub use mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
 

@@ -1,7 +1,10 @@
 //! Where cache lines live: a RAM buffer (a memfd, so it only takes the pages it uses) or a
-//! preallocated file on a fast device with a header and one 32-byte record per line.
+//! preallocated file on a fast device with a header and one 64-byte record per line.
 //!
-//! File layout: 4 KiB header | records (32 bytes per slot, padded to 4 KiB) | line data.
+//! File layout: 4 KiB header | records (64 bytes per slot, padded to 4 KiB) | line data.
+//! The header and every record carry a crc32c; a record's covers its slot number too, so a
+//! record written to the wrong place is as damaged as a garbage one. A 64-byte record never
+//! straddles a 512-byte sector, so a torn write damages whole records, which the crc finds.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -9,19 +12,39 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 16] = b"stripefs-cache\0\x01";
+const MAGIC_V1: &[u8; 16] = b"stripefs-cache\0\x01";
+const MAGIC: &[u8; 16] = b"stripefs-cache\0\x02";
 const HEADER: u64 = 4096;
-pub(crate) const RECORD: u64 = 32;
+/// Bytes of the header the checksum covers; the crc follows them.
+const HEADER_LEN: usize = 76;
+pub(crate) const RECORD: u64 = 64;
 pub(crate) const EMPTY: u64 = u64::MAX;
 
 /// The header of a cache file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Header {
     pub volume: [u8; 16],
+    /// Made at creation: the namespace names the cache that holds its dirty data by this.
+    pub id: [u8; 16],
+    /// The volume generation the cache's lines belong to (mounts without it advance it).
+    pub generation: u64,
     pub line_size: u64,
     pub slots: u64,
     /// Set at clean shutdown, cleared at mount: clean lines are trusted only after a clean stop.
     pub clean: bool,
+}
+
+/// What is wrong with an existing cache file's header.
+#[derive(Debug)]
+pub(crate) enum HeaderError {
+    Io(io::Error),
+    /// Not a cache file at all.
+    NotCache,
+    /// A cache file of format 1 (no checksums); `clean` from its header.
+    Format1 {
+        clean: bool,
+    },
+    Damaged,
 }
 
 /// One line's persistent record.
@@ -32,6 +55,19 @@ pub struct Record {
     pub valid: u64,
     pub dirty: u64,
 }
+
+impl Record {
+    pub(crate) const EMPTY: Record = Record {
+        object: EMPTY,
+        line: EMPTY,
+        valid: 0,
+        dirty: 0,
+    };
+}
+
+/// The records of a cache file as read back: `Err` (with what it claims) where a record fails
+/// its checksum.
+pub(crate) type Records = Vec<Result<Record, Record>>;
 
 pub(crate) struct Store {
     file: File,
@@ -44,7 +80,7 @@ pub(crate) struct Store {
     data_start: u64,
 }
 
-fn records_len(slots: u64) -> u64 {
+pub(crate) fn records_len(slots: u64) -> u64 {
     (slots * RECORD).div_ceil(4096) * 4096
 }
 
@@ -71,12 +107,14 @@ impl Store {
         })
     }
 
-    /// Opens an existing cache file, or creates and preallocates one.
+    /// Opens an existing cache file (with what its header says, or why it cannot be read),
+    /// or creates and preallocates one with every record empty.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn file(
         path: &Path,
         line_size: u64,
         slots: u64,
-    ) -> io::Result<(Store, Option<Header>)> {
+    ) -> io::Result<(Store, Option<Result<Header, HeaderError>>)> {
         let existing = path.exists();
         let file = OpenOptions::new()
             .read(true)
@@ -96,7 +134,7 @@ impl Store {
             data_start,
         };
         if existing {
-            let header = store.read_header()?;
+            let header = store.read_header();
             return Ok((store, Some(header)));
         }
         let total = data_start + line_size * slots;
@@ -112,52 +150,95 @@ impl Store {
                 ),
             ));
         }
-        // Every record starts empty.
-        let empty: Vec<u8> = (0..records_len(slots) / RECORD)
-            .flat_map(|_| {
-                encode(&Record {
-                    object: EMPTY,
-                    line: EMPTY,
-                    valid: 0,
-                    dirty: 0,
-                })
-            })
-            .collect();
-        store.file.write_all_at(&empty, HEADER)?;
+        store.wipe_records()?;
         Ok((store, None))
+    }
+
+    /// Opens an existing cache file as its header describes it; a file shorter than that
+    /// is damaged.
+    pub(crate) fn open_existing(path: &Path, line_size: u64, slots: u64) -> io::Result<Store> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let data_start = HEADER + records_len(slots);
+        let want = line_size
+            .checked_mul(slots)
+            .and_then(|d| d.checked_add(data_start))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "impossible geometry"))?;
+        let have = file.metadata()?.len();
+        if slots > 0 && have < want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "cache file {} is {have} bytes, its header says {want}: it was truncated",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(Store {
+            file,
+            broken: Default::default(),
+            throttle: None,
+            path: Some(path.to_path_buf()),
+            line_size,
+            slots,
+            data_start,
+        })
+    }
+
+    /// Writes every record empty and syncs.
+    pub(crate) fn wipe_records(&self) -> io::Result<()> {
+        let empty: Vec<u8> = (0..records_len(self.slots) / RECORD)
+            .flat_map(|slot| encode(slot as u32, &Record::EMPTY))
+            .collect();
+        self.file.write_all_at(&empty, HEADER)?;
+        self.file.sync_data()
     }
 
     pub(crate) fn persistent(&self) -> bool {
         self.path.is_some()
     }
 
-    pub(crate) fn read_header(&self) -> io::Result<Header> {
-        let mut h = [0u8; 64];
-        self.file.read_exact_at(&mut h, 0)?;
+    pub(crate) fn read_header(&self) -> Result<Header, HeaderError> {
+        let mut h = [0u8; HEADER_LEN + 4];
+        match self.file.read_exact_at(&mut h, 0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(HeaderError::NotCache)
+            }
+            Err(e) => return Err(HeaderError::Io(e)),
+        }
+        if &h[..16] == MAGIC_V1 {
+            return Err(HeaderError::Format1 { clean: h[48] == 1 });
+        }
         if &h[..16] != MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not a stripefs cache file",
-            ));
+            return Err(HeaderError::NotCache);
+        }
+        let crc = u32::from_le_bytes(h[HEADER_LEN..].try_into().unwrap());
+        if crc32c::crc32c(&h[..HEADER_LEN]) != crc {
+            return Err(HeaderError::Damaged);
         }
         let u = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
-        let mut volume = [0u8; 16];
-        volume.copy_from_slice(&h[16..32]);
+        let bytes16 = |at: usize| -> [u8; 16] { h[at..at + 16].try_into().unwrap() };
         Ok(Header {
-            volume,
-            line_size: u(32),
-            slots: u(40),
-            clean: h[48] == 1,
+            volume: bytes16(16),
+            id: bytes16(32),
+            generation: u(48),
+            line_size: u(56),
+            slots: u(64),
+            clean: h[72] == 1,
         })
     }
 
     pub(crate) fn write_header(&self, h: &Header) -> io::Result<()> {
-        let mut b = [0u8; 64];
+        let mut b = [0u8; HEADER_LEN + 4];
         b[..16].copy_from_slice(MAGIC);
         b[16..32].copy_from_slice(&h.volume);
-        b[32..40].copy_from_slice(&h.line_size.to_le_bytes());
-        b[40..48].copy_from_slice(&h.slots.to_le_bytes());
-        b[48] = u8::from(h.clean);
+        b[32..48].copy_from_slice(&h.id);
+        b[48..56].copy_from_slice(&h.generation.to_le_bytes());
+        b[56..64].copy_from_slice(&h.line_size.to_le_bytes());
+        b[64..72].copy_from_slice(&h.slots.to_le_bytes());
+        b[72] = u8::from(h.clean);
+        let crc = crc32c::crc32c(&b[..HEADER_LEN]);
+        b[HEADER_LEN..].copy_from_slice(&crc.to_le_bytes());
         self.file.write_all_at(&b, 0)?;
         self.file.sync_data()
     }
@@ -170,16 +251,20 @@ impl Store {
         }
     }
 
-    pub(crate) fn read_records(&self) -> io::Result<Vec<Record>> {
+    pub(crate) fn read_records(&self) -> io::Result<Records> {
         let mut buf = vec![0u8; (self.slots * RECORD) as usize];
         self.file.read_exact_at(&mut buf, HEADER)?;
-        Ok(buf.chunks(RECORD as usize).map(decode).collect())
+        Ok(buf
+            .chunks(RECORD as usize)
+            .enumerate()
+            .map(|(slot, b)| decode(slot as u32, b))
+            .collect())
     }
 
     pub(crate) fn write_record(&self, slot: u32, r: &Record) -> io::Result<()> {
         self.check()?;
         self.file
-            .write_all_at(&encode(r), HEADER + slot as u64 * RECORD)
+            .write_all_at(&encode(slot, r), HEADER + slot as u64 * RECORD)
     }
 
     pub(crate) fn sync(&self) -> io::Result<()> {
@@ -229,20 +314,83 @@ fn wait_until(until: Option<std::time::Instant>) {
     }
 }
 
-fn encode(r: &Record) -> [u8; 32] {
-    let mut b = [0u8; 32];
+fn encode(slot: u32, r: &Record) -> [u8; RECORD as usize] {
+    let mut b = [0u8; RECORD as usize];
     for (i, v) in [r.object, r.line, r.valid, r.dirty].iter().enumerate() {
         b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
     }
+    let crc = record_crc(slot, &b);
+    b[60..].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
-fn decode(b: &[u8]) -> Record {
+fn record_crc(slot: u32, b: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&slot.to_le_bytes()), &b[..60])
+}
+
+/// A record, or what it claims if its checksum does not match.
+fn decode(slot: u32, b: &[u8]) -> Result<Record, Record> {
     let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-    Record {
+    let r = Record {
         object: u(0),
         line: u(1),
         valid: u(2),
         dirty: u(3),
+    };
+    if record_crc(slot, b) == u32::from_le_bytes(b[60..64].try_into().unwrap()) {
+        Ok(r)
+    } else {
+        Err(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_only_where_it_was_written_and_undamaged() {
+        let r = Record {
+            object: 7,
+            line: 3,
+            valid: 0b1011,
+            dirty: 0b0010,
+        };
+        let mut b = encode(5, &r);
+        assert_eq!(decode(5, &b), Ok(r));
+        assert!(
+            decode(6, &b).is_err(),
+            "a record in another slot is damaged"
+        );
+        b[9] ^= 1;
+        assert!(decode(5, &b).is_err(), "one flipped bit is found");
+        assert!(decode(0, &[0u8; 64]).is_err(), "zeros are not a record");
+    }
+
+    #[test]
+    fn the_header_round_trips_and_damage_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let (store, found) = Store::file(&path, 4096, 8).unwrap();
+        assert!(found.is_none(), "a new file");
+        let h = Header {
+            volume: [1; 16],
+            id: [2; 16],
+            generation: 9,
+            line_size: 4096,
+            slots: 8,
+            clean: true,
+        };
+        store.write_header(&h).unwrap();
+        assert_eq!(store.read_header().unwrap(), h);
+        assert!(store
+            .read_records()
+            .unwrap()
+            .iter()
+            .all(|r| *r == Ok(Record::EMPTY)));
+        store.file.write_all_at(&[0xff], 60).unwrap();
+        assert!(matches!(store.read_header(), Err(HeaderError::Damaged)));
+        store.file.write_all_at(b"not a cache file", 0).unwrap();
+        assert!(matches!(store.read_header(), Err(HeaderError::NotCache)));
     }
 }

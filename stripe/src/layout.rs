@@ -123,12 +123,35 @@ impl Layout {
         let rem = file_size % row;
         full + rem.saturating_sub(slot as u64 * s).min(s)
     }
+
+    /// The largest file this layout can hold when no object may pass `max_object_len` bytes
+    /// (the backing filesystem's largest file): whole stripe rows, never past `i64::MAX`.
+    pub fn max_file_size(&self, max_object_len: u64) -> u64 {
+        let s = self.stripe_size as u64;
+        (max_object_len / s)
+            .saturating_mul(s)
+            .saturating_mul(self.width as u64)
+            .min(i64::MAX as u64)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_largest_file_keeps_every_object_within_the_device_limit() {
+        let l = Layout::new(64 * 1024, 4, 1);
+        let ext4 = 17_592_186_040_320; // 16 TiB - 4 KiB
+        let max = l.max_file_size(ext4);
+        assert!((0..4).all(|slot| l.object_len(max, slot) <= ext4));
+        assert!(
+            max > 3 * ext4,
+            "a 4-wide file holds nearly 4 objects' worth"
+        );
+        assert_eq!(l.max_file_size(u64::MAX), i64::MAX as u64);
+    }
 
     fn layouts() -> impl Strategy<Value = (Layout, u32)> {
         (3u32..=8, 1u32..=8, 0u32..8).prop_flat_map(|(shift, n, first)| {

@@ -258,6 +258,8 @@ pub struct Volume {
     /// Whole-block object I/O bypasses the devices' page cache (`device_io = "direct"`).
     direct: AtomicBool,
     engine: OnceLock<IoEngine>,
+    /// The largest object file every device's filesystem accepts.
+    max_object_len: u64,
 }
 
 /// What one device can hold, from statvfs.
@@ -309,7 +311,9 @@ impl Volume {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let max_object_len = objects.iter().map(largest_file).min().unwrap_or(0);
         Ok(Volume {
+            max_object_len,
             emulated: devices.iter().map(|_| None).collect(),
             ram_backed: devices.iter().map(|d| ram_backed(&d.path)).collect(),
             layouts: DashMap::new(),
@@ -449,6 +453,12 @@ impl Volume {
             .iter()
             .map(|e| e.as_ref().map(|e| &e.model))
             .collect()
+    }
+
+    /// The largest file `layout` can hold on these devices: writes and truncates past it get
+    /// EFBIG before anything (the cache included) takes them.
+    pub fn max_file_size(&self, layout: &Layout) -> u64 {
+        layout.max_file_size(self.max_object_len)
     }
 
     pub fn uuid(&self) -> Uuid {
@@ -961,6 +971,42 @@ fn open_beneath(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<File> {
     }
     // SAFETY: a fresh descriptor that we own.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// The largest file the filesystem of `dir` accepts, found by growing an unnamed, empty
+/// O_TMPFILE (sparse: nothing is allocated, nothing is left behind) until EFBIG.
+fn largest_file(dir: &OwnedFd) -> u64 {
+    let most = i64::MAX as u64;
+    // SAFETY: openat on a live directory descriptor with a static C string.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        // No O_TMPFILE here (or a read-only device): the kernel's own checks still apply.
+        return most;
+    }
+    // SAFETY: a fresh descriptor that we own.
+    let probe = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate on a descriptor we own.
+    let fits = |len: u64| unsafe { libc::ftruncate(probe.as_raw_fd(), len as i64) } == 0;
+    if fits(most) {
+        return most;
+    }
+    let (mut lo, mut hi) = (0, most);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// The object directory of a device, opened once: objects are opened beneath it.

@@ -73,7 +73,21 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         },
         volume: UUID,
         reset: false,
+        discard_dirty: false,
+        generation: 0,
+        bound: None,
+        holds_dirty: false,
+        on_first_dirty: None,
         throttle: None,
+    }
+}
+
+/// The config of a volume that last used the cache `id` and knows it may hold dirty data.
+fn bound_to(store: StoreKind, id: [u8; 16]) -> CacheConfig {
+    CacheConfig {
+        bound: Some(id),
+        holds_dirty: true,
+        ..config(store, 1 << 20, 64 << 10, Mode::Wb)
     }
 }
 
@@ -386,7 +400,7 @@ fn file_store_survives_a_crash_and_stays_warm_after_a_clean_stop() {
     let dir = tempfile::tempdir().unwrap();
     let store = StoreKind::File(dir.path().to_path_buf());
     let core = Arc::new(Core::default());
-    {
+    let id = {
         let cache = Cache::open(
             config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
             core.clone(),
@@ -396,14 +410,11 @@ fn file_store_survives_a_crash_and_stays_warm_after_a_clean_stop() {
         cache.write(2, 0, b"not synced", DEFAULT_CLASS).unwrap();
         cache.sync_object(1).unwrap();
         // Crash: no shutdown, nothing written back.
-    }
+        cache.id()
+    };
     assert_eq!(core.counts().1, 0);
     {
-        let cache = Cache::open(
-            config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
-            core.clone(),
-        )
-        .unwrap();
+        let cache = Cache::open(bound_to(store.clone(), id), core.clone()).unwrap();
         // Object 1 exists with its size; object 2 was never made durable.
         let recovered = cache.recover(&|o| (o == 1).then_some(100_000)).unwrap();
         assert_eq!(recovered, 2);
@@ -416,11 +427,7 @@ fn file_store_survives_a_crash_and_stays_warm_after_a_clean_stop() {
         vec![6u8; 4096],
         "unmount wrote everything back"
     );
-    let cache = Cache::open(
-        config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
-        core.clone(),
-    )
-    .unwrap();
+    let cache = Cache::open(bound_to(store.clone(), id), core.clone()).unwrap();
     let reads = core.counts().0;
     assert_eq!(read(&cache, 3, 0, 4096), vec![6u8; 4096]);
     assert_eq!(core.counts().0, reads, "warm after a clean stop: a hit");
@@ -430,9 +437,10 @@ fn file_store_survives_a_crash_and_stays_warm_after_a_clean_stop() {
     foreign.volume = [9; 16];
     assert!(matches!(
         Cache::open(foreign.clone(), core.clone()),
-        Err(CacheError::Foreign(_))
+        Err(CacheError::Foreign { .. })
     ));
-    let mut other_shape = config(store.clone(), 2 << 20, 64 << 10, Mode::Wb);
+    let mut other_shape = bound_to(store.clone(), id);
+    other_shape.size = 2 << 20;
     assert!(matches!(
         Cache::open(other_shape.clone(), core.clone()),
         Err(CacheError::Mismatch { .. })
@@ -552,7 +560,7 @@ fn recovery_that_cuts_dirty_sectors_keeps_the_lru_lists_whole() {
     let dir = tempfile::tempdir().unwrap();
     let store = StoreKind::File(dir.path().to_path_buf());
     let core = Arc::new(Core::default());
-    {
+    let id = {
         let cache = Cache::open(
             config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
             core.clone(),
@@ -563,8 +571,9 @@ fn recovery_that_cuts_dirty_sectors_keeps_the_lru_lists_whole() {
         cache.write(1, 4096, &[2u8; 4096], DEFAULT_CLASS).unwrap();
         cache.sync_object(1).unwrap();
         // Crash with the file's committed size at 4096: the second sector's data is past it.
-    }
-    let cache = Cache::open(config(store, 1 << 20, 64 << 10, Mode::Wb), core.clone()).unwrap();
+        cache.id()
+    };
+    let cache = Cache::open(bound_to(store, id), core.clone()).unwrap();
     cache.recover(&|o| (o == 1).then_some(4096)).unwrap();
     assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
     cache.write(1, 0, &[3u8; 4096], DEFAULT_CLASS).unwrap();
@@ -580,4 +589,172 @@ fn recovery_that_cuts_dirty_sectors_keeps_the_lru_lists_whole() {
         assert_ne!(g.slots[*s as usize].dirty, 0);
     }
     assert_eq!(dirty.len(), g.dirty_lines);
+}
+
+/// A cache file's lines count only for the volume generation that used it last: a mount
+/// without it (the owner advances the generation) makes every line stale.
+#[test]
+fn a_cache_file_is_trusted_only_by_the_generation_and_volume_that_used_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        config(store.clone(), 1 << 20, 64 << 10, Mode::Wt),
+        core.clone(),
+    )
+    .unwrap();
+    cache.write(1, 0, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+    let id = cache.id();
+    cache.shutdown().unwrap();
+    drop(cache);
+    // Meanwhile, without the cache, the core got newer data.
+    core.write(1, 0, &[2u8; 4096]).unwrap();
+    let mut later = bound_to(store.clone(), id);
+    later.generation = 1;
+    let cache = Cache::open(later, core.clone()).unwrap();
+    assert_eq!(
+        read(&cache, 1, 0, 4096),
+        vec![2u8; 4096],
+        "no stale line served"
+    );
+    assert_eq!(cache.id(), id, "the same cache, emptied");
+}
+
+/// The owner hears, once, before the first dirty line is durable in a cache file.
+#[test]
+fn the_owner_hears_of_dirty_data_before_it_becomes_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    let heard = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut cfg = config(store, 1 << 20, 64 << 10, Mode::Wb);
+    let h = heard.clone();
+    cfg.on_first_dirty = Some(Arc::new(move || {
+        h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }));
+    let cache = Cache::open(cfg, core).unwrap();
+    cache.write(1, 0, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+    assert_eq!(
+        heard.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing durable yet"
+    );
+    cache.sync_object(1).unwrap();
+    cache.write(2, 0, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+    cache.sync_object(2).unwrap();
+    assert_eq!(heard.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A cache holding dirty data is never silently replaced: missing, another file in its place,
+/// a damaged record, or --cache-reset without --discard-dirty are all refused.
+#[test]
+fn a_cache_holding_dirty_data_is_never_silently_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stripefs.cache");
+    let store = StoreKind::File(file.clone());
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+        core.clone(),
+    )
+    .unwrap();
+    cache.write(1, 0, &[7u8; 8192], DEFAULT_CLASS).unwrap();
+    cache.sync_object(1).unwrap();
+    let id = cache.id();
+    drop(cache);
+    let saved = std::fs::read(&file).unwrap();
+
+    let mut reset = bound_to(store.clone(), id);
+    reset.reset = true;
+    assert!(matches!(
+        Cache::open(reset.clone(), core.clone()),
+        Err(CacheError::DirtyReset { dirty_lines: 1, .. })
+    ));
+    assert!(matches!(
+        Cache::open(bound_to(store.clone(), [3; 16]), core.clone()),
+        Err(CacheError::NotBound(_))
+    ));
+    // One flipped bit in the record area.
+    let mut damaged = saved.clone();
+    let records = 4096..4096 + 16 * 64;
+    let at = records
+        .clone()
+        .step_by(64)
+        .find(|&r| damaged[r..r + 8] != [0xff; 8])
+        .unwrap();
+    damaged[at + 1] ^= 0x10;
+    std::fs::write(&file, &damaged).unwrap();
+    let err = Cache::open(bound_to(store.clone(), id), core.clone())
+        .err()
+        .unwrap();
+    assert!(matches!(err, CacheError::Damaged { .. }), "{err}");
+    assert!(err.to_string().contains("slot"), "{err}");
+    // Truncated.
+    std::fs::write(&file, &saved[..8192]).unwrap();
+    assert!(matches!(
+        Cache::open(bound_to(store.clone(), id), core.clone()),
+        Err(CacheError::Damaged { .. })
+    ));
+    std::fs::remove_file(&file).unwrap();
+    assert!(matches!(
+        Cache::open(bound_to(store.clone(), id), core.clone()),
+        Err(CacheError::Missing(_))
+    ));
+    assert_eq!(core.counts().1, 0, "nothing reached the core on the way");
+    // Put back, the data is all there.
+    std::fs::write(&file, &saved).unwrap();
+    let cache = Cache::open(bound_to(store.clone(), id), core.clone()).unwrap();
+    cache.recover(&|_| Some(8192)).unwrap();
+    assert_eq!(core.bytes(1, 0, 8192), vec![7u8; 8192]);
+    drop(cache);
+    // Given up on purpose, it goes.
+    std::fs::write(&file, &saved).unwrap();
+    reset.discard_dirty = true;
+    let cache = Cache::open(reset, core.clone()).unwrap();
+    assert_ne!(cache.id(), id, "a new cache");
+    // Never replaces what is not a cache file.
+    drop(cache);
+    std::fs::write(&file, b"precious").unwrap();
+    let mut any = config(store, 1 << 20, 64 << 10, Mode::Wb);
+    any.reset = true;
+    any.discard_dirty = true;
+    assert!(matches!(
+        Cache::open(any, core),
+        Err(CacheError::NotCache(_))
+    ));
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+}
+
+/// A pass-through or write-invalidate write that drops a line whose durable record says
+/// dirty wipes that record before it completes: a crash then cannot bring the old data back.
+#[test]
+fn an_invalidating_write_cannot_be_undone_by_recovery() {
+    for mode in [Mode::Pt, Mode::Wi] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StoreKind::File(dir.path().to_path_buf());
+        let core = Arc::new(Core::default());
+        let id = {
+            let cache = Cache::open(
+                config(store.clone(), 1 << 20, 64 << 10, Mode::Wb),
+                core.clone(),
+            )
+            .unwrap();
+            cache.write(1, 0, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+            cache.sync_object(1).unwrap();
+            let class = cache.add_class(ClassConfig::new("other", mode));
+            cache.write(1, 0, &[2u8; 4096], class).unwrap();
+            cache.sync_object(1).unwrap();
+            cache.id()
+            // Crash.
+        };
+        assert_eq!(core.bytes(1, 0, 4096), vec![2u8; 4096]);
+        let cache = Cache::open(bound_to(store, id), core.clone()).unwrap();
+        cache.recover(&|_| Some(4096)).unwrap();
+        assert_eq!(
+            core.bytes(1, 0, 4096),
+            vec![2u8; 4096],
+            "{mode:?}: old data came back"
+        );
+    }
 }
