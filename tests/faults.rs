@@ -239,3 +239,75 @@ fn failing_write_back_keeps_lines_dirty_and_a_later_mount_writes_them() {
     v.umount();
     v.assert_fsck_clean("after the test");
 }
+
+/// A tmpfs mounted over a directory, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn over(dir: &Path) -> Tmpfs {
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs over {dir:?}");
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn remount(&self, how: &str) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,{how}")])
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount {how} {:?}", self.0);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_device_gone_read_only_still_serves_reads() {
+    let root = tempfile::tempdir().unwrap();
+    let devices: Vec<_> = (0..2).map(|i| root.path().join(format!("d{i}"))).collect();
+    for d in &devices {
+        fs::create_dir(d).unwrap();
+    }
+    let ro = Tmpfs::over(&devices[1]);
+    let mut v = TestVolume::on(root, devices, "64K", "");
+    v.mount();
+    let files = one_device_files(&v, "d", 4);
+    let data = vec![5u8; 65536];
+    for (p, _) in &files {
+        fs::write(p, &data).unwrap();
+    }
+    // As ext4 does with errors=remount-ro.
+    ro.remount("ro");
+    for (p, dev) in &files {
+        assert_eq!(
+            direct_read(p, data.len()).unwrap(),
+            data,
+            "{p:?} on device {dev}"
+        );
+        if *dev == 1 {
+            let e = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(p)
+                .and_then(|f| f.write_all_at(&vec![1u8; 4096], 0))
+                .unwrap_err();
+            assert!(
+                matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EIO)),
+                "{p:?}: {e}"
+            );
+        }
+    }
+    ro.remount("rw");
+    v.umount();
+}

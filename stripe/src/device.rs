@@ -107,7 +107,18 @@ fn lock_device(index: usize, path: &Path) -> Result<File> {
     }
     file.set_len(0).map_err(|e| io_err(index, path, e))?;
     write!(file, "{}", std::process::id()).map_err(|e| io_err(index, path, e))?;
-    Ok(file)
+    // Held through a read-only descriptor: a mounted volume keeps no device open for writing
+    // while idle, so the device's filesystem can still go read-only (and reads go on).
+    let held = File::open(&lock_path).map_err(|e| io_err(index, path, e))?;
+    drop(file);
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(StripeError::Devices(format!(
+            "device {} is in use by another stripefs mount; unmount it first",
+            path.display()
+        )));
+    }
+    Ok(held)
 }
 
 /// Formats devices into a new volume and returns its uuid.

@@ -531,6 +531,13 @@ impl Volume {
                 let _ = slot.set(Arc::new(f));
                 Ok(slot.get().cloned())
             }
+            // A device gone read-only still serves reads; not kept, so a write later meets
+            // EROFS, not a read-only descriptor.
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) && create == 0 => {
+                open_beneath(&self.set.objects[device], &object_rel(ino), libc::O_RDONLY)
+                    .map(|f| Some(Arc::new(f)))
+                    .map_err(|e| self.io_err(device, e))
+            }
             // No object file is a hole, unless the whole device is gone.
             Err(e) if e.kind() == io::ErrorKind::NotFound && create == 0 => {
                 self.check_devices();

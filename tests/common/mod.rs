@@ -85,6 +85,16 @@ impl TestVolume {
         for d in &devices {
             std::fs::create_dir(d).unwrap();
         }
+        TestVolume::on(root, devices, stripe, extra)
+    }
+
+    /// A volume on device directories made by the caller inside `root`.
+    pub fn on(
+        root: tempfile::TempDir,
+        devices: Vec<PathBuf>,
+        stripe: &str,
+        extra: &str,
+    ) -> TestVolume {
         let mnt = root.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         let config = root.path().join("vol.toml");
