@@ -32,10 +32,11 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Mount a volume; returns once the mount is ready unless --foreground
+    /// Mount a volume; returns once the mount is ready unless --foreground.
+    /// `stripefs mount -o remount,ro MOUNTPOINT` changes a mounted volume
     Mount {
         config: PathBuf,
-        mountpoint: PathBuf,
+        mountpoint: Option<PathBuf>,
         /// Stay in the foreground; SIGTERM or Ctrl-C unmounts cleanly
         #[arg(short, long)]
         foreground: bool,
@@ -249,6 +250,20 @@ fn run(command: Command) -> Result<i32> {
             discard_dirty,
             ready_fd,
         } => {
+            let remounting = options
+                .as_deref()
+                .is_some_and(|o| o.split(',').any(|x| x.trim() == "remount"));
+            if remounting {
+                // mount(8) passes the source too; `stripefs mount -o remount MNT` does not.
+                let target = mountpoint.as_ref().unwrap_or(&config);
+                daemon::remount(target, options.as_deref().unwrap_or_default())?;
+                return Ok(0);
+            }
+            let Some(mountpoint) = mountpoint else {
+                return Err(Error::Usage(
+                    "stripefs mount CONFIG MOUNTPOINT: the mountpoint is missing".into(),
+                ));
+            };
             let reset = match (cache_reset, discard_dirty) {
                 (_, true) => CacheReset::DiscardDirty,
                 (true, false) => CacheReset::Reset,

@@ -356,6 +356,11 @@ impl Engine {
         check_meta_dir(&config)?;
         let ns_path = namespace_path(&config);
         let ns = Arc::new(Namespace::open(&ns_path)?);
+        ns.set_policy(crate::namespace::Policy {
+            atime: config.mount.atime,
+            nodiratime: config.mount.nodiratime,
+            durable_changes: config.mount.sync || config.mount.dirsync,
+        });
         if ns.uuid() != volume.uuid() {
             return Err(Error::Usage(format!(
                 "namespace store {} belongs to volume {}, but the devices are volume {}",

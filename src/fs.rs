@@ -468,6 +468,7 @@ impl Filesystem for StripeFs {
     ) {
         // A rewind (offset 0) sees the directory as it is now.
         if offset == 0 {
+            self.engine.ns.note_read(ino.0);
             match self.engine.ns.list(ino.0) {
                 Ok(entries) => {
                     self.dirs.insert(fh.0, Arc::new(entries));

@@ -300,7 +300,20 @@ pub struct Namespace {
     db: Database,
     uuid: Uuid,
     state: RwLock<State>,
+    policy: RwLock<Policy>,
 }
+
+/// How the mount wants times and durability (mount(8)'s atime and sync options).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    pub atime: mountcfg::Atime,
+    pub nodiratime: bool,
+    /// Every change durable when it returns (`sync`, `dirsync`).
+    pub durable_changes: bool,
+}
+
+/// relatime also updates an access time this old.
+const RELATIME_MAX_AGE: i64 = 24 * 3600;
 
 /// Counts for status output.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -410,11 +423,16 @@ impl Namespace {
             db,
             uuid,
             state: RwLock::new(st),
+            policy: RwLock::new(Policy::default()),
         })
     }
 
     pub fn uuid(&self) -> Uuid {
         self.uuid
+    }
+
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write() = policy;
     }
 
     /// Whether the last mount ended with `mark_clean` (false after a crash).
@@ -490,7 +508,12 @@ impl Namespace {
         let mut st = self.state.write();
         let mut ch = Changes::default();
         let out = f(&mut st, &mut ch)?;
-        self.persist(&mut st, ch, Durability::None)?;
+        if self.policy.read().durable_changes {
+            self.persist(&mut st, ch, Durability::None)?;
+            self.make_durable(&mut st)?;
+        } else {
+            self.persist(&mut st, ch, Durability::None)?;
+        }
         Ok(out)
     }
 
@@ -855,8 +878,21 @@ impl Namespace {
     }
 
     /// Relatime: atime moves on a read only when it is older than mtime or ctime.
+    /// A read of `ino` (a file's data, or a directory's entries): its access time follows the
+    /// mount's atime policy.
     pub fn note_read(&self, ino: u64) {
-        let stale = |i: &Inode| i.atime <= i.mtime || i.atime <= i.ctime;
+        let policy = *self.policy.read();
+        let now = Time::now();
+        let stale = |i: &Inode| match policy.atime {
+            _ if i.kind == Kind::Dir && policy.nodiratime => false,
+            mountcfg::Atime::Never => false,
+            mountcfg::Atime::Strict => true,
+            mountcfg::Atime::Relatime => {
+                i.atime <= i.mtime
+                    || i.atime <= i.ctime
+                    || now.secs - i.atime.secs >= RELATIME_MAX_AGE
+            }
+        };
         // Most reads change nothing: look under the shared lock first.
         if !self.state.read().inodes.get(&ino).is_some_and(stale) {
             return;
@@ -864,7 +900,7 @@ impl Namespace {
         let mut st = self.state.write();
         if let Some(i) = st.inodes.get_mut(&ino) {
             if stale(i) {
-                i.atime = Time::now();
+                i.atime = now;
                 st.dirty.insert(ino);
             }
         }

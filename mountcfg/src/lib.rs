@@ -157,6 +157,17 @@ pub enum DirectIo {
     Never,
 }
 
+/// When reads update a file's access time (mount(8)'s atime options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Atime {
+    /// When it is older than the last change, or a day old (the kernel's default).
+    #[default]
+    Relatime,
+    /// On every read.
+    Strict,
+    Never,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoEngine {
     /// io_uring if the kernel and sandbox allow it, else threads.
@@ -187,6 +198,20 @@ pub struct MountSection {
     /// Seconds between background durable commits of the namespace (ext4's commit=).
     pub commit_interval: Duration,
     pub fsname: Option<String>,
+    /// Set-id bits and file capabilities are ignored for programs run from the volume.
+    pub nosuid: bool,
+    /// Device nodes on the volume cannot be opened.
+    pub nodev: bool,
+    /// Programs on the volume cannot be run.
+    pub noexec: bool,
+    pub atime: Atime,
+    /// Directories' access times are never updated.
+    pub nodiratime: bool,
+    /// Every write is durable when it returns (O_SYNC on every file), and so is every change
+    /// to the tree.
+    pub sync: bool,
+    /// Every change to the tree (create, rename, unlink...) is durable when it returns.
+    pub dirsync: bool,
 }
 
 impl MountSection {
@@ -234,6 +259,13 @@ impl Default for MountSection {
             attr_timeout: Duration::from_secs(1),
             commit_interval: Duration::from_secs(5),
             fsname: None,
+            nosuid: false,
+            nodev: false,
+            noexec: false,
+            atime: Atime::Relatime,
+            nodiratime: false,
+            sync: false,
+            dirsync: false,
         }
     }
 }
