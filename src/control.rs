@@ -12,6 +12,7 @@
 //! | targets   | mount root  | folder targets, JSON  | read-only                    | -               |
 //! | flush     | mount root  | -                     | write every dirty line back  | -               |
 //! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
+//! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //!
 //! Unknown key: ENODATA (ENOATTR); bad value: EINVAL; read-only key: EROFS.
 
@@ -33,6 +34,7 @@ pub enum Key {
     Targets,
     Flush,
     Mode,
+    Failpoint,
     Unknown,
 }
 
@@ -49,6 +51,7 @@ pub fn key(name: &[u8]) -> Option<Key> {
         b"targets" => Key::Targets,
         b"flush" => Key::Flush,
         b"mode" => Key::Mode,
+        b"failpoint" => Key::Failpoint,
         _ => Key::Unknown,
     })
 }
@@ -80,6 +83,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         | Key::Mode
         | Key::Flush
         | Key::Migrate
+        | Key::Failpoint
         | Key::Unknown => errno(libc::ENODATA),
     }
 }
@@ -166,8 +170,17 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
             let mode = cache::Mode::parse(text(value)?).ok_or(Error::Errno(libc::EINVAL))?;
             c.set_default_mode(mode)
         }
+        Key::Failpoint if ino == ROOT && uid == 0 => {
+            let spec = text(value)?;
+            let (name, actions) = spec.split_once('=').ok_or(Error::Errno(libc::EINVAL))?;
+            faultpoint::arm(name.trim(), actions.trim()).map_err(|e| {
+                log::warn!("refused fault point \"{spec}\": {e}");
+                Error::Errno(libc::EINVAL)
+            })
+        }
+        Key::Failpoint if ino == ROOT => errno(libc::EPERM),
         Key::LayoutJson | Key::Status | Key::Stats | Key::Targets => errno(libc::EROFS),
-        Key::Flush | Key::Mode | Key::Unknown => errno(libc::ENODATA),
+        Key::Flush | Key::Mode | Key::Failpoint | Key::Unknown => errno(libc::ENODATA),
     }
 }
 
@@ -192,7 +205,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
             c.remove_target(&engine.ns, ino)
         }
         Key::LayoutJson | Key::Status | Key::Stats | Key::Targets | Key::Mode => errno(libc::EROFS),
-        Key::Migrate | Key::Flush | Key::Unknown => errno(libc::ENODATA),
+        Key::Migrate | Key::Flush | Key::Failpoint | Key::Unknown => errno(libc::ENODATA),
     }
 }
 

@@ -567,12 +567,17 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice::<StopReport>(&b).ok());
     match report {
-        Some(r) if r.pid == pid as u32 && !r.ok => Err(Error::Usage(format!(
+        Some(r) if r.pid == pid as u32 && r.ok => Ok(()),
+        Some(r) if r.pid == pid as u32 => Err(Error::Usage(format!(
             "unmounted {}, but the daemon could not finish: {}",
             mountpoint.display(),
             r.error
         ))),
-        _ => Ok(()),
+        _ => Err(Error::Usage(format!(
+            "unmounted {}, but daemon {pid} ended without finishing its unmount (it was killed \
+             or crashed): the next mount recovers what it left",
+            mountpoint.display()
+        ))),
     }
 }
 

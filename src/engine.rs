@@ -644,12 +644,14 @@ impl Engine {
         let now = self.ns.setattr(ino, attrs)?;
         if size < inode.size {
             self.commit()?;
-            let cut = match &self.caching {
-                Some(c) => c.cache.truncate(inode.object, size).map_err(io_error),
-                None => Ok(()),
-            }
-            .and_then(|()| Ok(self.volume.truncate(inode.object, &layout, size)?));
-            if let Err(e) = cut {
+            let cut = || -> Result<()> {
+                faultpoint::fault_point!("engine.truncate-size-durable");
+                if let Some(c) = &self.caching {
+                    c.cache.truncate(inode.object, size).map_err(io_error)?;
+                }
+                Ok(self.volume.truncate(inode.object, &layout, size)?)
+            };
+            if let Err(e) = cut() {
                 // The size is durable; what is past it goes at the next mount's sweep.
                 self.needs_sweep.store(true, Ordering::Relaxed);
                 return Err(e);
@@ -718,6 +720,7 @@ impl Engine {
                 }
             }
         }
+        faultpoint::fault_point!("engine.fsync-data-synced");
         self.commit()
     }
 
@@ -725,6 +728,7 @@ impl Engine {
     pub fn commit(&self) -> Result<()> {
         let _one = self.commit_lock.lock();
         let doomed = self.ns.sync()?;
+        faultpoint::fault_point!("engine.commit-before-deletes");
         for object in doomed {
             if let Some(c) = &self.caching {
                 if let Err(e) = c.cache.forget(object) {
@@ -738,9 +742,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Everything written so far to the devices, and the names, durable.
+    /// Everything written so far to the devices and the cache file, then the names, durable:
+    /// data before the sizes that show it.
     pub fn sync_all(&self) -> Result<()> {
         self.volume.sync_all()?;
+        if let Some(c) = &self.caching {
+            c.cache.sync_records().map_err(io_error)?;
+        }
         self.commit()
     }
 
@@ -760,6 +768,7 @@ impl Engine {
             log::warn!("a truncate could not cut its objects: the next mount trims them");
             return Ok(());
         }
+        faultpoint::fault_point!("namespace.mark-clean");
         self.ns.set_clean(true)
     }
 
@@ -809,15 +818,23 @@ impl Engine {
         }
         let object = self.ns.new_object_id()?;
         self.volume.set_layout(object, to);
-        if let Err(e) = self
+        let switched = self
             .volume
             .copy_to(inode.object, &from, inode.size, object, &to)
-        {
-            let _ = self.volume.remove(object);
-            self.ns.discard_object(object);
-            return Err(e.into());
-        }
-        let out = self.ns.switch_object(ino, object, to)?;
+            .map_err(Error::from)
+            .and_then(|()| {
+                faultpoint::fault_point!("engine.migrate-copied");
+                self.ns.switch_object(ino, object, to)
+            });
+        let out = match switched {
+            Ok(out) => out,
+            Err(e) => {
+                // The file still has its old object: the copy goes.
+                let _ = self.volume.remove(object);
+                self.ns.discard_object(object);
+                return Err(e);
+            }
+        };
         self.commit()?;
         Ok(out)
     }

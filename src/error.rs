@@ -31,6 +31,12 @@ impl Error {
     }
 }
 
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
 /// Shorthand for `Err(Error::Errno(code))`.
 pub fn errno<T>(code: i32) -> Result<T> {
     Err(Error::Errno(code))

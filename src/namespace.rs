@@ -562,6 +562,7 @@ impl Namespace {
         if !st.changed_since_sync && st.dirty.is_empty() {
             return Ok(());
         }
+        faultpoint::fault_point!("namespace.commit");
         self.persist(st, Changes::default(), Durability::Immediate)?;
         st.changed_since_sync = false;
         let pending = std::mem::take(&mut st.doomed_pending);

@@ -48,6 +48,7 @@ pub fn save(path: &Path, runs: &[DirtyRun]) -> io::Result<u64> {
         bytes += data.len() as u64;
     }
     f.sync_all()?;
+    faultpoint::fault_point!("rescue.save");
     std::fs::rename(&tmp, path)?;
     sync_dir(path)?;
     Ok(bytes)

@@ -593,6 +593,7 @@ impl Cache {
         if !self.store.persistent() {
             return Ok(());
         }
+        faultpoint::fault_point!("cache.record-wipe");
         self.store.write_record(
             slot,
             &Record {
@@ -868,8 +869,8 @@ impl Cache {
             .map(|p| (p.touched & p.valid).count_ones())
             .sum();
         let result = self.write_parts(object, offset, data, &mut parts, mode, cutoff, &mut c);
-        let (wiped, wipe_failed) = self.wipe_invalidated(&parts);
-        let result = match wipe_failed {
+        let (recorded, record_failed) = self.record_write(object, &parts);
+        let result = match record_failed {
             Some(e) if result.is_ok() => {
                 c.cache_errors += 1;
                 Err(e)
@@ -877,8 +878,8 @@ impl Cache {
             _ => result,
         };
         let mut g = self.inner.lock();
-        for s in wiped {
-            g.slots[s as usize].disk_dirty = false;
+        for (s, dirty) in recorded {
+            g.slots[s as usize].disk_dirty = dirty;
         }
         if mode == Mode::Pt || cutoff {
             c.pass_through_writes += 1;
@@ -1010,30 +1011,57 @@ impl Cache {
         Ok(())
     }
 
-    /// Lines this write invalidated whose durable record still says dirty get an empty
-    /// record, durably, before the write completes: after a crash, recovery must not write
-    /// their old data back over what the core got since. Returns the slots wiped, and the
-    /// error that stopped one (the write then fails: its old data could come back).
-    fn wipe_invalidated(&self, parts: &[Part]) -> (Vec<u32>, Option<io::Error>) {
-        if !self.store.persistent() || !parts.iter().any(|p| p.slot.is_some() && p.valid == 0) {
+    /// A cache file's records follow each write while its lines are still busy: a line left
+    /// dirty gets its record (not synced: fsync and commits sync the store), so a crash of the
+    /// daemon finds every write the namespace may already show; a line the write invalidated
+    /// whose record said dirty gets an empty record, synced, before the write completes, so
+    /// recovery cannot write its old data back over what the core got since. Returns the
+    /// slots written with whether their record now says dirty, and the error that stopped one
+    /// (the write then fails).
+    fn record_write(&self, object: u64, parts: &[Part]) -> (Vec<(u32, bool)>, Option<io::Error>) {
+        if !self.store.persistent() {
             return (Vec::new(), None);
         }
-        let doomed: Vec<u32> = {
+        let dirty: Vec<&Part> = parts
+            .iter()
+            .filter(|p| p.slot.is_some() && p.valid != 0 && p.dirty != 0)
+            .collect();
+        let doomed: Vec<u32> = if parts.iter().any(|p| p.slot.is_some() && p.valid == 0) {
             let g = self.inner.lock();
             parts
                 .iter()
                 .filter_map(|p| p.slot.filter(|_| p.valid == 0))
                 .filter(|&s| g.slots[s as usize].disk_dirty)
                 .collect()
+        } else {
+            Vec::new()
         };
-        let mut wiped = Vec::with_capacity(doomed.len());
+        let mut done = Vec::with_capacity(dirty.len() + doomed.len());
+        if !dirty.is_empty() {
+            if let Err(e) = self.declare_dirty() {
+                return (done, Some(e));
+            }
+        }
+        for p in dirty {
+            let s = p.slot.expect("filtered");
+            let r = Record {
+                object,
+                line: p.line,
+                valid: p.valid,
+                dirty: p.dirty,
+            };
+            if let Err(e) = self.store.write_record(s, &r) {
+                return (done, Some(e));
+            }
+            done.push((s, true));
+        }
         for s in doomed {
             if let Err(e) = self.write_empty_record(s) {
-                return (wiped, Some(e));
+                return (done, Some(e));
             }
-            wiped.push(s);
+            done.push((s, false));
         }
-        (wiped, None)
+        (done, None)
     }
 
     // ----- cleaning, flushing, durability -----
@@ -1131,6 +1159,7 @@ impl Cache {
         for o in objects {
             self.backend.sync(o)?;
         }
+        faultpoint::fault_point!("cache.clean-core-written");
         if self.store.persistent() && !cleaned.is_empty() {
             let slots: Vec<u32> = cleaned.iter().map(|c| c.1).collect();
             self.persist(&slots)?;
@@ -1149,9 +1178,11 @@ impl Cache {
         if records.iter().any(|(_, r)| r.dirty != 0) {
             self.declare_dirty()?;
         }
+        faultpoint::fault_point!("cache.records-before-write");
         for (s, r) in &records {
             self.store.write_record(*s, r)?;
         }
+        faultpoint::fault_point!("cache.records-before-sync");
         self.store.sync()?;
         let mut g = self.inner.lock();
         for (s, r) in records {
@@ -1165,10 +1196,16 @@ impl Cache {
         Ok(())
     }
 
+    /// Makes every record written so far durable (a cache file's part of a volume commit).
+    pub fn sync_records(&self) -> io::Result<()> {
+        self.store.sync()
+    }
+
     /// Tells the owner, once, that dirty lines are about to become durable in the store.
     fn declare_dirty(&self) -> io::Result<()> {
         let mut declared = self.dirty_declared.lock();
         if !*declared {
+            faultpoint::fault_point!("cache.declare-dirty");
             if let Some(hook) = &self.on_first_dirty {
                 hook()?;
             }
@@ -1277,6 +1314,7 @@ impl Cache {
         if self.store.persistent() {
             let all: Vec<u32> = (0..self.nslots as u32).collect();
             self.persist(&all)?;
+            faultpoint::fault_point!("cache.header-clean");
             self.store.write_header(&Header {
                 volume: self.volume,
                 id: self.id,

@@ -776,6 +776,9 @@ impl Volume {
     pub fn sync(&self, ino: u64) -> Result<()> {
         let objs = self.objects(ino);
         for dev in 0..self.set.devices.len() {
+            faultpoint::fail::fail_point!("volume.sync", |arg| Err(
+                self.io_err(dev, faultpoint::injected("volume.sync", arg))
+            ));
             if let Some(f) = self.object(&objs, dev, ino, false)? {
                 f.sync_data().map_err(|e| self.io_err(dev, e))?;
             }

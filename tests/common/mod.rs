@@ -193,6 +193,19 @@ impl TestVolume {
         self.mounted = false;
     }
 
+    /// The daemon `pid` died (a crash it was made to have): waits for it to be gone and clears
+    /// the dead mount.
+    pub fn forget_dead_daemon(&mut self, pid: i32) {
+        let start = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists()
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        lazy_umount(&self.mnt);
+        self.mounted = false;
+    }
+
     /// Object file of inode-object `object` on device `dev`.
     pub fn object(&self, dev: usize, object: u64) -> PathBuf {
         self.devices[dev]

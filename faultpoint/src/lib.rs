@@ -1,0 +1,74 @@
+//! Fault points: named places on the durable path (namespace commits, truncates, cache record
+//! writes, write-back, rescue) where the crash-and-fault suite kills the daemon or makes the
+//! call fail, to check that every acknowledged byte survives whatever happens there.
+//!
+//! Built on the `fail` crate: without the `failpoints` feature (release builds, benchmarks)
+//! `fault_point!` compiles to nothing. With it, a point is armed at run time
+//! (`user.stripefs.failpoint` on the mount root, or the FAILPOINTS environment variable at
+//! mount) with `return(crash)`, `return(eio)` or `return(enospc)`, and the usual `fail`
+//! counts and probabilities (`1*off->return(crash)`).
+
+pub use fail;
+
+/// Every fault point, so the suite can go through them all (a point not listed here is
+/// never armed by it).
+pub const POINTS: &[&str] = &[
+    "namespace.commit",
+    "namespace.mark-clean",
+    "engine.fsync-data-synced",
+    "engine.truncate-size-durable",
+    "engine.commit-before-deletes",
+    "engine.migrate-copied",
+    "volume.sync",
+    "cache.declare-dirty",
+    "cache.records-before-write",
+    "cache.records-before-sync",
+    "cache.clean-core-written",
+    "cache.record-wipe",
+    "cache.header-clean",
+    "rescue.save",
+];
+
+/// What an armed point does: kills the process at once, as SIGKILL or a power cut would
+/// (nothing flushed, no destructor run), or gives the error its argument names.
+pub fn injected(name: &str, arg: Option<String>) -> std::io::Error {
+    let errno = match arg.as_deref() {
+        Some("eio") => libc::EIO,
+        Some("enospc") => libc::ENOSPC,
+        _ => {
+            log::error!("fault point {name}: crash");
+            // SAFETY: plain syscalls; the process ends here.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            unreachable!("SIGKILL returned");
+        }
+    };
+    log::warn!(
+        "fault point {name}: {}",
+        std::io::Error::from_raw_os_error(errno)
+    );
+    std::io::Error::from_raw_os_error(errno)
+}
+
+/// Arms (`"return(crash)"`), changes or disarms (`"off"`) a point; `Err` names what is wrong.
+pub fn arm(name: &str, actions: &str) -> Result<(), String> {
+    if !cfg!(feature = "failpoints") {
+        return Err("this stripefs was built without fault points (feature failpoints)".into());
+    }
+    if !POINTS.contains(&name) {
+        return Err(format!(
+            "no fault point \"{name}\" (known: {})",
+            POINTS.join(", ")
+        ));
+    }
+    fail::cfg(name, actions)
+}
+
+/// A fault point in a function that returns `Result<_, E>` with `E: From<std::io::Error>`.
+#[macro_export]
+macro_rules! fault_point {
+    ($name:expr) => {
+        $crate::fail::fail_point!($name, |arg: Option<String>| Err(
+            ::std::convert::From::from($crate::injected($name, arg))
+        ))
+    };
+}

@@ -1,0 +1,306 @@
+//! The fault-point suite: every fault point on the durable path (faultpoint::POINTS), armed in
+//! turn to crash the daemon there or to fail the call with EIO, under a workload of creates,
+//! overwrites, truncates, renames, unlinks, migrations, flushes and an unmount. After each, a
+//! remount shows every acknowledged byte and name, each file in exactly one of the states it
+//! was allowed to be in (old or new, never a mix), and fsck is clean.
+//!
+//! Needs a build with fault points (`--features failpoints`, as scripts/test.sh runs it).
+//! STRIPEFS_LONG=1 adds the RAM store and the other cache modes.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// For each name, the states it may be found in (`None`: absent).
+#[derive(Default, Debug)]
+struct Allowed(BTreeMap<String, Vec<Option<Vec<u8>>>>);
+
+impl Allowed {
+    fn now(&self, name: &str) -> Vec<Option<Vec<u8>>> {
+        self.0.get(name).cloned().unwrap_or_else(|| vec![None])
+    }
+
+    /// An operation on `name` that leads to `new`: acknowledged, it is the only state; failed
+    /// (or cut short by a crash), the old states stay allowed beside it.
+    fn after(&mut self, name: &str, new: Option<Vec<u8>>, acked: bool) {
+        let mut states = if acked { Vec::new() } else { self.now(name) };
+        if !states.contains(&new) {
+            states.push(new);
+        }
+        self.0.insert(name.to_string(), states);
+    }
+
+    fn check(&self, v: &TestVolume, what: &str) {
+        for (name, states) in &self.0 {
+            let found = fs::read(v.path(name)).ok();
+            assert!(
+                states.contains(&found),
+                "{what}: {name} is {} bytes{}, allowed: {:?}",
+                found.as_ref().map_or(0, |f| f.len()),
+                if found.is_none() { " (absent)" } else { "" },
+                states
+                    .iter()
+                    .map(|s| s.as_ref().map(|d| d.len()))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)?;
+    f.write_all_at(data, 0)?;
+    f.sync_all()?;
+    sync_dir(path.parent().unwrap())
+}
+
+/// The workload, run with the point armed; returns whether any call failed.
+fn workload(v: &TestVolume, allowed: &mut Allowed, cached: bool) -> bool {
+    let mut rng = Rng::new(17);
+    let mut failed = false;
+    let mut note = |r: std::io::Result<()>| {
+        failed |= r.is_err();
+        r.is_ok()
+    };
+    // A new file. Cut short, it may also be found as created and not yet written: each call
+    // (the create, the write) is atomic, not the three together.
+    let c = rng.bytes(150_000);
+    let ok = note(write_file(&v.path("c"), &c));
+    if !ok {
+        allowed.after("c", Some(Vec::new()), false);
+    }
+    allowed.after("c", Some(c.clone()), ok);
+    // Overwrites in the middle of "a", one of them past where it is cut next (so the cut
+    // drops lines whose durable records say dirty).
+    let old_a = allowed.now("a")[0].clone().unwrap();
+    let mut new_a = old_a.clone();
+    let patch = rng.bytes(30_000);
+    new_a[10_000..40_000].copy_from_slice(&patch);
+    new_a[120_000..150_000].copy_from_slice(&patch);
+    let ok = note((|| {
+        let f = OpenOptions::new().write(true).open(v.path("a"))?;
+        f.write_all_at(&patch, 10_000)?;
+        f.write_all_at(&patch, 120_000)?;
+        f.sync_all()
+    })());
+    allowed.after("a", Some(new_a.clone()), ok);
+    // A shrink.
+    let cut = new_a[..50_000].to_vec();
+    let ok = note((|| {
+        let f = OpenOptions::new().write(true).open(v.path("a"))?;
+        f.set_len(50_000)?;
+        f.sync_all()
+    })());
+    let mut states = allowed.now("a");
+    if ok {
+        states = vec![Some(cut)];
+    } else {
+        states.push(Some(cut));
+    }
+    allowed.0.insert("a".into(), states);
+    // A rename over an existing file.
+    let old_b = allowed.now("b");
+    let ok = note(fs::rename(v.path("c"), v.path("b")).and_then(|()| sync_dir(&v.mnt)));
+    if ok {
+        allowed.0.insert("b".into(), allowed.now("c"));
+        allowed.0.insert("c".into(), vec![None]);
+    } else {
+        let mut b = old_b;
+        b.extend(allowed.now("c"));
+        allowed.0.insert("b".into(), b);
+        let mut c = allowed.now("c");
+        c.push(None);
+        allowed.0.insert("c".into(), c);
+    }
+    // An unlink.
+    let ok = note(fs::remove_file(v.path("d/x")).and_then(|()| sync_dir(&v.path("d"))));
+    allowed.after("d/x", None, ok);
+    // Write-back of everything dirty, then a migration to another layout.
+    if cached {
+        note(setxattr(&v.mnt, "user.stripefs.flush", b"1"));
+    }
+    note(
+        setxattr(
+            &v.path("b"),
+            "user.stripefs.migrate",
+            b"stripe_size=8K width=1",
+        )
+        .and_then(|()| File::open(v.path("b"))?.sync_all()),
+    );
+    failed
+}
+
+/// One point armed with one action, on a fresh volume of `config`.
+fn run(point: &str, action: &str, label: &str, config: &str, cached: bool) -> bool {
+    let mut v = TestVolume::new(2, "16K", config);
+    v.mount();
+    let mut allowed = Allowed::default();
+    let mut rng = Rng::new(5);
+    fs::create_dir(v.path("d")).unwrap();
+    for (name, len) in [("a", 200_000), ("b", 100_000), ("d/x", 20_000)] {
+        let data = rng.bytes(len);
+        write_file(&v.path(name), &data).unwrap();
+        allowed.after(name, Some(data), true);
+    }
+    sync_dir(&v.mnt).unwrap();
+    // A clean stop and a new mount: the cache starts with nothing unwritten declared, so the
+    // workload's first fsync passes every point on its way.
+    v.remount();
+    let pid = v.daemon_pid();
+    setxattr(
+        &v.mnt,
+        "user.stripefs.failpoint",
+        format!("{point}={action}").as_bytes(),
+    )
+    .unwrap();
+    let what = format!("{label}: {point}={action}");
+    let mut fired = workload(&v, &mut allowed, cached);
+    // The unmount runs the shutdown points (still armed).
+    let out = stripefs(&["umount", v.mnt_str()]);
+    if out.status.success() {
+        v.forget_dead_daemon(pid);
+    } else {
+        fired = true;
+        v.forget_dead_daemon(pid);
+    }
+    v.mount();
+    allowed.check(&v, &what);
+    v.umount();
+    let fsck = stripefs(&["fsck", v.cfg()]);
+    assert!(
+        fsck.status.success(),
+        "{what}: fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    // And once more, the volume takes new work.
+    v.mount();
+    write_file(&v.path("after"), b"still fine").unwrap();
+    v.umount();
+    fired
+}
+
+fn file_cache(mode: &str) -> String {
+    format!(
+        "[cache]\nstore = \"file\"\npath = \"__SSD__\"\nsize = \"4M\"\nline_size = \"16K\"\n\
+         mode = \"{mode}\"\n[cache.cleaner]\nstaleness = \"1h\"\n"
+    )
+}
+
+fn suite(label: &str, config: &str, cached: bool, points: &[&str]) -> BTreeSet<String> {
+    let ssd = tempfile::tempdir().unwrap();
+    let config = config.replace("__SSD__", ssd.path().to_str().unwrap());
+    let mut fired = BTreeSet::new();
+    for point in points {
+        for action in ["return(crash)", "return(eio)"] {
+            // A new cache file for every volume: the old one belongs to the last.
+            let _ = fs::remove_file(ssd.path().join("stripefs.cache"));
+            if run(point, action, label, &config, cached) {
+                fired.insert(format!("{point}={action}"));
+            }
+        }
+    }
+    eprintln!(
+        "{label}: {} point/action pairs fired: {fired:?}",
+        fired.len()
+    );
+    fired
+}
+
+const CACHE_POINTS: &[&str] = &[
+    "cache.declare-dirty",
+    "cache.records-before-write",
+    "cache.records-before-sync",
+    "cache.clean-core-written",
+    "cache.record-wipe",
+    "cache.header-clean",
+];
+
+fn volume_points() -> Vec<&'static str> {
+    faultpoint::POINTS
+        .iter()
+        .copied()
+        .filter(|p| !p.starts_with("cache.") && *p != "rescue.save")
+        .collect()
+}
+
+#[test]
+fn every_point_without_a_cache() {
+    let points = volume_points();
+    let fired = suite("no cache", "", false, &points);
+    for p in &points {
+        for a in ["return(crash)", "return(eio)"] {
+            assert!(fired.contains(&format!("{p}={a}")), "{p}={a} never fired");
+        }
+    }
+}
+
+#[test]
+fn every_point_with_a_file_write_back_cache() {
+    let mut points = volume_points();
+    points.extend_from_slice(CACHE_POINTS);
+    let fired = suite("file wb", &file_cache("wb"), true, &points);
+    for p in &points {
+        assert!(
+            fired.contains(&format!("{p}=return(crash)")),
+            "{p} never fired with a write-back cache file"
+        );
+    }
+}
+
+#[test]
+fn every_point_in_the_other_modes_and_stores_long() {
+    if std::env::var_os("STRIPEFS_LONG").is_none() {
+        eprintln!("STRIPEFS_LONG unset: the RAM store and the other modes are skipped");
+        return;
+    }
+    let mut points = volume_points();
+    points.extend_from_slice(CACHE_POINTS);
+    for mode in ["wt", "wo", "wa", "wi", "pt"] {
+        suite(&format!("file {mode}"), &file_cache(mode), true, &points);
+    }
+    let ram = "[cache]\nstore = \"ram\"\nsize = \"4M\"\nmode = \"wb\"\n";
+    suite("ram wb", ram, true, &points);
+}
+
+/// A crash while the rescue file is being written leaves no half file: the next mount works.
+#[test]
+fn a_crash_while_keeping_rescued_data_leaves_no_half_file() {
+    let mut v = TestVolume::new(1, "16K", "");
+    let base = fs::read_to_string(&v.config).unwrap();
+    let cache = "[cache]\nstore = \"ram\"\nsize = \"4M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n";
+    let fault = "[[volume.fault]]\ndevice = 0\nop = \"write\"\n";
+    fs::write(&v.config, format!("{base}{fault}{cache}")).unwrap();
+    v.mount();
+    fs::write(v.path("f"), vec![3u8; 50_000]).unwrap();
+    let pid = v.daemon_pid();
+    setxattr(
+        &v.mnt,
+        "user.stripefs.failpoint",
+        b"rescue.save=return(crash)",
+    )
+    .unwrap();
+    let out = stripefs(&["umount", v.mnt_str()]);
+    assert!(
+        !out.status.success(),
+        "umount exited 0 after the daemon died"
+    );
+    v.forget_dead_daemon(pid);
+    fs::write(&v.config, format!("{base}{cache}")).unwrap();
+    v.mount();
+    write_file(&v.path("g"), b"the volume takes new work").unwrap();
+    v.umount();
+    v.assert_fsck_clean("after a crash in the rescue");
+}
