@@ -211,3 +211,90 @@ fn set_id_bits_fall_when_another_user_changes_the_data() {
         v.umount();
     }
 }
+
+/// The cache is shared: a folder's owner may make it a target and choose its mode, but
+/// priority, allocation and pinning are for root and the user who mounted. A refusal is EPERM,
+/// logged with its reason, and changes nothing.
+#[test]
+fn a_folder_owner_chooses_the_mode_but_not_the_share_of_the_cache() {
+    let mut v = TestVolume::new(
+        1,
+        "64K",
+        "[mount]\nallow_other = true\n[cache]\nsize = \"4M\"\nmode = \"wt\"\n",
+    );
+    v.mount();
+    let dir = v.path("mine");
+    fs::create_dir(&dir).unwrap();
+    let out = std::process::Command::new("chown")
+        .args(["tests:tests", dir.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let d = dir.to_str().unwrap();
+    let set = |value: &str| as_tests(&["setfattr", "-n", "user.stripefs.cache", "-v", value, d]);
+    let get = || String::from_utf8(getxattr(&dir, "user.stripefs.cache").unwrap()).unwrap();
+    for grab in [
+        "mode=wb priority=0 allocation=1 pinned=1",
+        "pinned=1",
+        "mode=wb priority=0",
+        "mode=wb allocation=0.5",
+    ] {
+        let out = set(grab);
+        assert!(!out.status.success(), "{grab} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Operation not permitted"), "{grab}: {err}");
+        assert_eq!(
+            getxattr(&dir, "user.stripefs.cache")
+                .unwrap_err()
+                .raw_os_error(),
+            Some(libc::ENODATA),
+            "{grab} made a target"
+        );
+    }
+    let log = fs::read_to_string(v.devices[0].join(".stripefs/daemon.log")).unwrap();
+    assert!(
+        log.contains("refused uid 1001") && log.contains("are for root or the user who mounted"),
+        "{log}"
+    );
+    // The mode alone: a target with the share of the files outside every target.
+    let out = set("mode=wb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(get(), "mode=wb priority=1 allocation=1 pinned=0");
+    // Restating the share it has is no grab.
+    let out = set("mode=wa priority=1 allocation=1 pinned=0");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(get(), "mode=wa priority=1 allocation=1 pinned=0");
+    // Root gives the folder a share; its owner may still change the mode, and the share stays.
+    setxattr(&dir, "user.stripefs.cache", b"priority=0 pinned=1").unwrap();
+    assert_eq!(get(), "mode=wa priority=0 allocation=1 pinned=1");
+    let out = set("mode=wt");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(get(), "mode=wt priority=0 allocation=1 pinned=1");
+    let out = set("allocation=0.9");
+    assert!(!out.status.success());
+    assert_eq!(get(), "mode=wt priority=0 allocation=1 pinned=1");
+    // Another user's folder is refused whatever the setting.
+    fs::create_dir(v.path("roots")).unwrap();
+    let out = as_tests(&[
+        "setfattr",
+        "-n",
+        "user.stripefs.cache",
+        "-v",
+        "mode=wb",
+        v.path("roots").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    v.umount();
+}
