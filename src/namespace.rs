@@ -1,14 +1,19 @@
 //! The namespace: inodes, directory entries, xattrs and layouts.
 //!
 //! The whole tree is held in memory (reads never touch the store) and every change is written
-//! to an embedded ACID store (redb) in one transaction per operation. Those transactions are
+//! to an embedded ACID store (redb) in one transaction per operation. Extended attributes are
+//! the exception: their values stay in the store, and memory holds only each inode's total
+//! (names and values, at most `XATTR_SPACE`), so the daemon does not grow with the xattr bytes
+//! of the volume; getxattr and listxattr read the store, which sees every committed change. Those transactions are
 //! not synced; `sync` makes everything so far durable in one fsync, which is what fsync,
 //! fsyncdir, syncfs, the periodic committer and unmount call. After a crash the store opens at
 //! its last durable commit, which is always a consistent tree.
 
 use crate::error::{errno, Error, Result};
 use parking_lot::RwLock;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -25,6 +30,15 @@ pub const ROOT: u64 = 1;
 /// Prefix of internal xattr names: the kernel passes only names with a namespace prefix.
 const INTERNAL: &[u8] = b"\0stripefs.";
 const NAME_MAX: usize = 255;
+/// The most one xattr value may hold (Linux's XATTR_SIZE_MAX): E2BIG past it.
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
+/// The most the xattr names and values of one inode may hold together: ENOSPC past it, as
+/// ext4 refuses what does not fit its xattr space.
+pub const XATTR_SPACE: usize = 64 * 1024;
+/// What the store keeps in memory (its page cache and write buffer): the namespace itself is
+/// in memory already, so the store's cache only has to spare it re-reading the pages a
+/// transaction changes, and must not hold the volume's xattr values.
+const STORE_CACHE: usize = 4 << 20;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -150,7 +164,10 @@ pub struct SetAttr {
 struct State {
     inodes: HashMap<u64, Inode>,
     children: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
-    xattrs: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// stripefs's own settings per inode (small: a folder's cache target).
+    internal: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Bytes of xattr names and values per inode (values live in the store only).
+    xattr_bytes: HashMap<u64, usize>,
     next_ino: u64,
     /// Open handles per inode: an unlinked inode lives on until its last close.
     open: HashMap<u64, u32>,
@@ -169,6 +186,8 @@ struct Changes {
     inodes: BTreeSet<u64>,
     dirents: Vec<(u64, Vec<u8>, Option<u64>)>,
     xattrs: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
+    /// Inodes whose every xattr goes.
+    drop_xattrs: Vec<u64>,
 }
 
 impl State {
@@ -241,10 +260,8 @@ impl State {
         }
         ch.inodes.insert(ino);
         self.children.remove(&ino);
-        if let Some(x) = self.xattrs.remove(&ino) {
-            for name in x.into_keys() {
-                ch.xattrs.push((ino, name, None));
-            }
+        if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
+            ch.drop_xattrs.push(ino);
         }
         self.dirty.remove(&ino);
     }
@@ -271,6 +288,15 @@ fn check_name(name: &[u8]) -> Result<()> {
         return errno(libc::EINVAL);
     }
     Ok(())
+}
+
+/// Bytes of xattr `name` of `ino` (name and value) as the store has it in `tx`.
+fn stored_size(tx: &WriteTransaction, ino: u64, name: &[u8]) -> Result<Option<usize>> {
+    let table = tx.open_table(XATTRS)?;
+    let size = table
+        .get((ino, name))?
+        .map(|v| name.len() + v.value().len());
+    Ok(size)
 }
 
 fn encode(inode: &Inode) -> Vec<u8> {
@@ -305,7 +331,9 @@ impl Namespace {
             std::fs::remove_file(path)
                 .map_err(|e| Error::Store(format!("{}: {e}", path.display())))?;
         }
-        let db = Database::create(path)?;
+        let db = Database::builder()
+            .set_cache_size(STORE_CACHE)
+            .create(path)?;
         let now = Time::now();
         let root = Inode {
             ino: ROOT,
@@ -348,13 +376,16 @@ impl Namespace {
                 path.display()
             )));
         }
-        let db = Database::open(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
-                "namespace store {} is in use by another stripefs mount",
-                path.display()
-            )),
-            e => Error::Store(format!("{}: {e}", path.display())),
-        })?;
+        let db = Database::builder()
+            .set_cache_size(STORE_CACHE)
+            .open(path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
+                    "namespace store {} is in use by another stripefs mount",
+                    path.display()
+                )),
+                e => Error::Store(format!("{}: {e}", path.display())),
+            })?;
         let mut st = State::default();
         let uuid;
         {
@@ -384,10 +415,14 @@ impl Namespace {
             for row in tx.open_table(XATTRS)?.iter()? {
                 let (k, v) = row?;
                 let (ino, name) = k.value();
-                st.xattrs
-                    .entry(ino)
-                    .or_default()
-                    .insert(name.to_vec(), v.value().to_vec());
+                if name.starts_with(INTERNAL) {
+                    st.internal
+                        .entry(ino)
+                        .or_default()
+                        .insert(name.to_vec(), v.value().to_vec());
+                } else {
+                    *st.xattr_bytes.entry(ino).or_default() += name.len() + v.value().len();
+                }
             }
         }
         if !st.inodes.contains_key(&ROOT) {
@@ -461,10 +496,35 @@ impl Namespace {
         Ok(out)
     }
 
-    fn persist(&self, st: &mut State, mut ch: Changes, durability: Durability) -> Result<()> {
-        ch.inodes.extend(std::mem::take(&mut st.dirty));
+    /// `mutate` for operations that read the store too (xattr values): `f` reads through the
+    /// operation's own transaction.
+    fn mutate_tx<T>(
+        &self,
+        f: impl FnOnce(&mut State, &mut Changes, &WriteTransaction) -> Result<T>,
+    ) -> Result<T> {
+        let mut st = self.state.write();
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::None)?;
+        let mut ch = Changes::default();
+        let out = match f(&mut st, &mut ch, &tx) {
+            Ok(out) => out,
+            Err(e) => {
+                tx.abort()?;
+                return Err(e);
+            }
+        };
+        self.persist_in(&mut st, ch, tx)?;
+        Ok(out)
+    }
+
+    fn persist(&self, st: &mut State, ch: Changes, durability: Durability) -> Result<()> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(durability)?;
+        self.persist_in(st, ch, tx)
+    }
+
+    fn persist_in(&self, st: &mut State, mut ch: Changes, tx: WriteTransaction) -> Result<()> {
+        ch.inodes.extend(std::mem::take(&mut st.dirty));
         {
             let mut inodes = tx.open_table(INODES)?;
             for ino in &ch.inodes {
@@ -486,6 +546,9 @@ impl Namespace {
                     Some(v) => xattrs.insert((*ino, name.as_slice()), v.as_slice())?,
                     None => xattrs.remove((*ino, name.as_slice()))?,
                 };
+            }
+            for &ino in &ch.drop_xattrs {
+                xattrs.retain_in((ino, &b""[..])..(ino + 1, &b""[..]), |_, _| false)?;
             }
             tx.open_table(META)?
                 .insert("next_ino", st.next_ino.to_le_bytes().as_slice())?;
@@ -914,26 +977,44 @@ impl Namespace {
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         let st = self.state.read();
         st.inode(ino)?;
-        st.xattrs
-            .get(&ino)
-            .and_then(|x| x.get(name))
-            .cloned()
+        if !st.xattr_bytes.contains_key(&ino) || name.starts_with(INTERNAL) {
+            return errno(libc::ENODATA);
+        }
+        // Under the shared lock no change is half-done: the store has every one so far.
+        let tx = self.db.begin_read()?;
+        let value = tx.open_table(XATTRS)?.get((ino, name))?;
+        value
+            .map(|v| v.value().to_vec())
             .ok_or(Error::Errno(libc::ENODATA))
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
         let st = self.state.read();
         st.inode(ino)?;
-        Ok(st
-            .xattrs
+        if !st.xattr_bytes.contains_key(&ino) {
+            return Ok(Vec::new());
+        }
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(XATTRS)?;
+        let mut names = Vec::new();
+        for row in table.range((ino, &b""[..])..(ino + 1, &b""[..]))? {
+            let (k, _) = row?;
+            let (_, name) = k.value();
+            if !name.starts_with(INTERNAL) {
+                names.push(name.to_vec());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Bytes of xattr names and values `ino` holds (without stripefs's own settings).
+    pub fn xattr_bytes(&self, ino: u64) -> usize {
+        self.state
+            .read()
+            .xattr_bytes
             .get(&ino)
-            .map(|x| {
-                x.keys()
-                    .filter(|k| !k.starts_with(INTERNAL))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// stripefs's own per-inode settings (a folder's cache target), kept with the xattrs under
@@ -944,15 +1025,18 @@ impl Namespace {
             st.inode(ino)?;
             match value {
                 Some(v) => {
-                    st.xattrs
+                    st.internal
                         .entry(ino)
                         .or_default()
                         .insert(name.clone(), v.to_vec());
                     ch.xattrs.push((ino, name, Some(v.to_vec())));
                 }
                 None => {
-                    if let Some(x) = st.xattrs.get_mut(&ino) {
+                    if let Some(x) = st.internal.get_mut(&ino) {
                         x.remove(&name);
+                        if x.is_empty() {
+                            st.internal.remove(&ino);
+                        }
                     }
                     ch.xattrs.push((ino, name, None));
                 }
@@ -965,7 +1049,7 @@ impl Namespace {
     pub fn internal(&self, key: &str) -> Vec<(u64, Vec<u8>)> {
         let name = [INTERNAL, key.as_bytes()].concat();
         let st = self.state.read();
-        st.xattrs
+        st.internal
             .iter()
             .filter_map(|(&ino, x)| Some((ino, x.get(&name)?.clone())))
             .collect()
@@ -981,27 +1065,33 @@ impl Namespace {
             .map(|(n, _)| n.clone())
     }
 
-    /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE.
+    /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE. A value past `XATTR_SIZE_MAX` is
+    /// E2BIG; one that would take the inode's names and values past `XATTR_SPACE`, ENOSPC.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
             return errno(libc::ERANGE);
         }
-        if value.len() > 64 * 1024 {
+        if value.len() > XATTR_SIZE_MAX {
             return errno(libc::E2BIG);
         }
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let exists = st.xattrs.get(&ino).is_some_and(|x| x.contains_key(name));
-            if flags & libc::XATTR_CREATE != 0 && exists {
+            let total = st.xattr_bytes.get(&ino).copied().unwrap_or(0);
+            let old = match total {
+                0 => None,
+                _ => stored_size(tx, ino, name)?,
+            };
+            if flags & libc::XATTR_CREATE != 0 && old.is_some() {
                 return errno(libc::EEXIST);
             }
-            if flags & libc::XATTR_REPLACE != 0 && !exists {
+            if flags & libc::XATTR_REPLACE != 0 && old.is_none() {
                 return errno(libc::ENODATA);
             }
-            st.xattrs
-                .entry(ino)
-                .or_default()
-                .insert(name.to_vec(), value.to_vec());
+            let total = total - old.unwrap_or(0) + name.len() + value.len();
+            if total > XATTR_SPACE {
+                return errno(libc::ENOSPC);
+            }
+            st.xattr_bytes.insert(ino, total);
             ch.xattrs.push((ino, name.to_vec(), Some(value.to_vec())));
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
@@ -1009,12 +1099,19 @@ impl Namespace {
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let removed = st.xattrs.get_mut(&ino).and_then(|x| x.remove(name));
-            if removed.is_none() {
+            let total = st.xattr_bytes.get(&ino).copied().unwrap_or(0);
+            if total == 0 || name.starts_with(INTERNAL) {
                 return errno(libc::ENODATA);
             }
+            let Some(old) = stored_size(tx, ino, name)? else {
+                return errno(libc::ENODATA);
+            };
+            match total - old {
+                0 => st.xattr_bytes.remove(&ino),
+                left => st.xattr_bytes.insert(ino, left),
+            };
             ch.xattrs.push((ino, name.to_vec(), None));
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
@@ -1122,6 +1219,98 @@ mod tests {
         assert_eq!(f.nlink, 2);
         assert_eq!(ns.getxattr(f.ino, b"user.a").unwrap(), b"1");
         assert_eq!(ns.get(ROOT).unwrap().nlink, 3);
+    }
+
+    /// Rows of the store's xattr table for `ino`.
+    fn stored_xattrs(ns: &Namespace, ino: u64) -> usize {
+        let tx = ns.db.begin_read().unwrap();
+        let t = tx.open_table(XATTRS).unwrap();
+        t.range((ino, &b""[..])..(ino + 1, &b""[..]))
+            .unwrap()
+            .count()
+    }
+
+    #[test]
+    fn xattrs_are_read_from_the_store_and_capped_per_inode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("ns.redb");
+        Namespace::format(&p, Uuid::new_v4(), 0, 0).unwrap();
+        let e = |r: Result<()>| r.unwrap_err().errno();
+        let f;
+        {
+            let ns = Namespace::open(&p).unwrap();
+            f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap().ino;
+            // Unsynced changes are what reads see: set, replace, remove.
+            ns.setxattr(f, b"user.a", b"one", 0).unwrap();
+            assert_eq!(ns.getxattr(f, b"user.a").unwrap(), b"one");
+            ns.setxattr(f, b"user.a", b"three", libc::XATTR_REPLACE)
+                .unwrap();
+            assert_eq!(ns.getxattr(f, b"user.a").unwrap(), b"three");
+            assert_eq!(ns.xattr_bytes(f), 6 + 5);
+            assert_eq!(
+                e(ns.setxattr(f, b"user.a", b"x", libc::XATTR_CREATE)),
+                libc::EEXIST
+            );
+            assert_eq!(
+                e(ns.setxattr(f, b"user.b", b"x", libc::XATTR_REPLACE)),
+                libc::ENODATA
+            );
+            ns.removexattr(f, b"user.a").unwrap();
+            assert_eq!(
+                ns.getxattr(f, b"user.a").unwrap_err().errno(),
+                libc::ENODATA
+            );
+            assert_eq!(e(ns.removexattr(f, b"user.a")), libc::ENODATA);
+            assert_eq!(ns.xattr_bytes(f), 0);
+            // One value past XATTR_SIZE_MAX: E2BIG.
+            let big = vec![7u8; XATTR_SIZE_MAX + 1];
+            assert_eq!(e(ns.setxattr(f, b"user.big", &big, 0)), libc::E2BIG);
+            // Names and values together: up to XATTR_SPACE, then ENOSPC.
+            let v = vec![1u8; 16 * 1024 - 8];
+            for n in 0..4 {
+                ns.setxattr(f, format!("user.v{n}").as_bytes(), &v, 0)
+                    .unwrap();
+            }
+            assert_eq!(ns.xattr_bytes(f), 4 * (7 + v.len()));
+            assert_eq!(e(ns.setxattr(f, b"user.more", &[0; 64], 0)), libc::ENOSPC);
+            // Replacing a value by a bigger one counts only the difference.
+            let left = XATTR_SPACE - ns.xattr_bytes(f);
+            let v3 = vec![3u8; v.len() + left];
+            ns.setxattr(f, b"user.v3", &v3, 0).unwrap();
+            assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+            // A smaller value fits again; a bigger one than the space left does not.
+            ns.setxattr(f, b"user.v3", b"small", 0).unwrap();
+            assert_eq!(ns.xattr_bytes(f), 4 * 7 + 3 * v.len() + 5);
+            let too_big = vec![3u8; v3.len() + 1];
+            assert_eq!(e(ns.setxattr(f, b"user.v3", &too_big, 0)), libc::ENOSPC);
+            assert_eq!(ns.getxattr(f, b"user.v3").unwrap(), b"small");
+            ns.setxattr(f, b"user.v3", &v3, 0).unwrap();
+            ns.sync().unwrap();
+        }
+        // After a reopen: the values, their total, and the cap.
+        let ns = Namespace::open(&p).unwrap();
+        assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+        assert_eq!(
+            ns.getxattr(f, b"user.v3").unwrap(),
+            vec![3u8; 16 * 1024 - 4]
+        );
+        assert_eq!(
+            ns.getxattr(f, b"user.v0").unwrap(),
+            vec![1u8; 16 * 1024 - 8]
+        );
+        let mut names = ns.listxattr(f).unwrap();
+        names.sort();
+        assert_eq!(names, [&b"user.v0"[..], b"user.v1", b"user.v2", b"user.v3"]);
+        assert_eq!(e(ns.setxattr(f, b"user.x", b"", 0)), libc::ENOSPC);
+        // Internal settings are neither listed nor counted, and survive too.
+        ns.set_internal(f, "cache", Some(b"mode=wb")).unwrap();
+        assert_eq!(ns.listxattr(f).unwrap().len(), 4);
+        assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+        // A freed inode takes its xattrs out of the store.
+        assert_eq!(stored_xattrs(&ns, f), 5);
+        ns.unlink(ROOT, b"f").unwrap();
+        assert_eq!(stored_xattrs(&ns, f), 0);
+        assert_eq!(ns.xattr_bytes(f), 0);
     }
 
     #[test]

@@ -298,3 +298,104 @@ fn a_folder_owner_chooses_the_mode_but_not_the_share_of_the_cache() {
     assert!(!out.status.success());
     v.umount();
 }
+
+/// VmRSS of a process, in bytes.
+fn rss(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// xattrs cannot grow the daemon: one inode holds at most 64 KiB of names and values (ENOSPC
+/// past it, E2BIG for one value past 64 KiB), and values live in the store, not in the
+/// daemon's memory, so writing many megabytes of them leaves its RSS where it was. What was
+/// accepted survives a remount.
+#[test]
+fn xattrs_are_capped_per_inode_and_do_not_grow_the_daemon() {
+    let mut v = TestVolume::new(1, "64K", "[mount]\nallow_other = true\n");
+    v.mount();
+    // An unprivileged user floods one of its files: refused once 64 KiB are used.
+    let flood = v.path("flood");
+    fs::write(&flood, b"").unwrap();
+    let out = std::process::Command::new("chown")
+        .args(["tests:tests", flood.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let value = format!("0x{}", "ab".repeat(8 * 1024));
+    let mut accepted = 0;
+    let refusal = loop {
+        let name = format!("user.flood{accepted}");
+        let out = as_tests(&[
+            "setfattr",
+            "-n",
+            &name,
+            "-v",
+            &value,
+            flood.to_str().unwrap(),
+        ]);
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        accepted += 1;
+        assert!(accepted <= 8, "more than 64 KiB accepted on one inode");
+    };
+    assert!(refusal.contains("No space left on device"), "{refusal}");
+    // 7 values of 8 KiB and their names fit, the 8th does not.
+    assert_eq!(accepted, 7);
+    // One value past 64 KiB is E2BIG, as Linux has it; a value of 64 KiB and its name do not
+    // fit either.
+    let big = v.path("big");
+    fs::write(&big, b"").unwrap();
+    let e = setxattr(&big, "user.big", &vec![1u8; 64 * 1024 + 1]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::E2BIG));
+    let e = setxattr(&big, "user.big", &vec![1u8; 64 * 1024]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    // Removing makes room again.
+    stripefs::xattr::remove(&flood, "user.flood0").unwrap();
+    setxattr(&flood, "user.again", &[2u8; 4096]).unwrap();
+
+    // Many values just under the cap, on many files: the daemon does not keep them.
+    const FILES: usize = 400;
+    const SIZE: usize = 60 * 1024;
+    let value_of = |i: usize| -> Vec<u8> { (0..SIZE).map(|j| (i * 7 + j) as u8).collect() };
+    fs::create_dir(v.path("many")).unwrap();
+    for i in 0..FILES {
+        fs::write(v.path(&format!("many/{i}")), b"").unwrap();
+    }
+    // One value first, so buffers every request needs are there before the baseline.
+    setxattr(&v.path("many/0"), "user.v", &value_of(0)).unwrap();
+    let pid = v.daemon_pid();
+    let before = rss(pid);
+    for i in 1..FILES {
+        setxattr(&v.path(&format!("many/{i}")), "user.v", &value_of(i)).unwrap();
+    }
+    let written = ((FILES - 1) * SIZE) as u64;
+    let after = rss(pid);
+    let growth = after.saturating_sub(before);
+    assert!(
+        growth < written / 2,
+        "the daemon grew by {growth} bytes (RSS {before} -> {after}) for {written} bytes of xattrs"
+    );
+    v.remount();
+    for i in 0..FILES {
+        assert_eq!(
+            getxattr(&v.path(&format!("many/{i}")), "user.v").unwrap(),
+            value_of(i),
+            "many/{i}"
+        );
+    }
+    for n in 1..7 {
+        assert_eq!(
+            getxattr(&flood, &format!("user.flood{n}")).unwrap(),
+            vec![0xab; 8 * 1024]
+        );
+    }
+    assert_eq!(getxattr(&flood, "user.again").unwrap(), vec![2u8; 4096]);
+    v.umount();
+}
