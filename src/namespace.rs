@@ -9,6 +9,7 @@
 //! fsyncdir, syncfs, the periodic committer and unmount call. After a crash the store opens at
 //! its last durable commit, which is always a consistent tree.
 
+use crate::acl;
 use crate::error::{errno, Error, Result};
 use parking_lot::RwLock;
 use redb::{
@@ -131,6 +132,9 @@ pub struct NewNode<'a> {
     pub gid: u32,
     pub rdev: u32,
     pub symlink: &'a [u8],
+    /// The creator's umask, for the daemon to apply (FUSE_DONT_MASK) unless the directory
+    /// has a default ACL; 0 when the kernel applied it already.
+    pub umask: u16,
 }
 
 impl NewNode<'static> {
@@ -144,6 +148,7 @@ impl NewNode<'static> {
             gid: 0,
             rdev: 0,
             symlink: b"",
+            umask: 0,
         }
     }
 }
@@ -168,6 +173,8 @@ struct State {
     internal: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Bytes of xattr names and values per inode (values live in the store only).
     xattr_bytes: HashMap<u64, usize>,
+    /// Which ACLs an inode has (`HAS_ACCESS`, `HAS_DEFAULT`); the ACLs are in the store.
+    acls: HashMap<u64, u8>,
     next_ino: u64,
     /// Open handles per inode: an unlinked inode lives on until its last close.
     open: HashMap<u64, u32>,
@@ -260,10 +267,68 @@ impl State {
         }
         ch.inodes.insert(ino);
         self.children.remove(&ino);
+        self.acls.remove(&ino);
         if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
             ch.drop_xattrs.push(ino);
         }
         self.dirty.remove(&ino);
+    }
+
+    /// Sets (or with `None` removes) xattr `name` of `ino` in this operation, keeping the
+    /// inode's total: ENOSPC past `XATTR_SPACE`, ENODATA to remove what is not there,
+    /// EEXIST/ENODATA for XATTR_CREATE/XATTR_REPLACE. Checks come before any change.
+    fn put_xattr(
+        &mut self,
+        ch: &mut Changes,
+        tx: &WriteTransaction,
+        ino: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<()> {
+        let total = self.xattr_bytes.get(&ino).copied().unwrap_or(0);
+        let old = match total {
+            0 => None,
+            _ => stored_size(tx, ino, name)?,
+        };
+        if flags & libc::XATTR_CREATE != 0 && old.is_some() {
+            return errno(libc::EEXIST);
+        }
+        if (flags & libc::XATTR_REPLACE != 0 || value.is_none()) && old.is_none() {
+            return errno(libc::ENODATA);
+        }
+        let total = total - old.unwrap_or(0) + value.map_or(0, |v| name.len() + v.len());
+        if total > XATTR_SPACE {
+            return errno(libc::ENOSPC);
+        }
+        match total {
+            0 => self.xattr_bytes.remove(&ino),
+            t => self.xattr_bytes.insert(ino, t),
+        };
+        let bit = acl_bit(name);
+        if bit != 0 {
+            let flags = self.acls.entry(ino).or_default();
+            match value {
+                Some(_) => *flags |= bit,
+                None => *flags &= !bit,
+            }
+            if *flags == 0 {
+                self.acls.remove(&ino);
+            }
+        }
+        ch.xattrs
+            .push((ino, name.to_vec(), value.map(<[u8]>::to_vec)));
+        Ok(())
+    }
+
+    /// The ACL `name` of `ino`, if it has one.
+    fn acl(&self, tx: &WriteTransaction, ino: u64, name: &[u8]) -> Result<Option<acl::Acl>> {
+        if self.acls.get(&ino).copied().unwrap_or(0) & acl_bit(name) == 0 {
+            return Ok(None);
+        }
+        let table = tx.open_table(XATTRS)?;
+        let value = table.get((ino, name))?;
+        Ok(value.and_then(|v| acl::Acl::parse(v.value())))
     }
 
     /// True if `ancestor` is `dir` or one of its ancestors.
@@ -288,6 +353,17 @@ fn check_name(name: &[u8]) -> Result<()> {
         return errno(libc::EINVAL);
     }
     Ok(())
+}
+
+const HAS_ACCESS: u8 = 1;
+const HAS_DEFAULT: u8 = 2;
+
+fn acl_bit(name: &[u8]) -> u8 {
+    match name {
+        acl::ACCESS => HAS_ACCESS,
+        acl::DEFAULT => HAS_DEFAULT,
+        _ => 0,
+    }
 }
 
 /// Bytes of xattr `name` of `ino` (name and value) as the store has it in `tx`.
@@ -422,6 +498,9 @@ impl Namespace {
                         .insert(name.to_vec(), v.value().to_vec());
                 } else {
                     *st.xattr_bytes.entry(ino).or_default() += name.len() + v.value().len();
+                    if acl_bit(name) != 0 {
+                        *st.acls.entry(ino).or_default() |= acl_bit(name);
+                    }
                 }
             }
         }
@@ -615,7 +694,7 @@ impl Namespace {
         device_count: u32,
     ) -> Result<Inode> {
         check_name(name)?;
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             let p = st.dir(parent)?;
             if p.nlink == 0 {
                 return errno(libc::ENOENT);
@@ -624,6 +703,21 @@ impl Namespace {
                 return errno(libc::EEXIST);
             }
             let (mut perm, mut gid) = (node.perm & 0o7777, node.gid);
+            // The directory's default ACL, if any, decides instead of the umask
+            // (posix_acl_create): the node's access ACL, and a directory's default.
+            let mut acls: Vec<(&[u8], Vec<u8>)> = Vec::new();
+            match st.acl(tx, parent, acl::DEFAULT)? {
+                _ if node.kind == Kind::Symlink => {}
+                Some(default) => {
+                    if let Some(access) = default.inherit(&mut perm) {
+                        acls.push((acl::ACCESS, access.to_bytes()));
+                    }
+                    if node.kind == Kind::Dir {
+                        acls.push((acl::DEFAULT, default.to_bytes()));
+                    }
+                }
+                None => perm &= !(node.umask & 0o777),
+            }
             // BSD group semantics of a set-group-id directory.
             if p.perm & libc::S_ISGID as u16 != 0 {
                 gid = p.gid;
@@ -663,6 +757,9 @@ impl Namespace {
                 has_data: false,
                 symlink: node.symlink.to_vec(),
             };
+            for (xattr, value) in &acls {
+                st.put_xattr(ch, tx, ino, xattr, Some(value), 0)?;
+            }
             st.inodes.insert(ino, inode.clone());
             ch.inodes.insert(ino);
             st.set_entry(ch, parent, name, Some(ino));
@@ -830,13 +927,20 @@ impl Namespace {
     }
 
     pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<Inode> {
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             let i = st.inode(ino)?;
             if a.size.is_some() && i.kind == Kind::Dir {
                 return errno(libc::EISDIR);
             }
             if a.size.is_some() && i.kind != Kind::File {
                 return errno(libc::EINVAL);
+            }
+            // chmod rewrites an access ACL: owner, mask (else group) and other follow the mode.
+            if let Some(p) = a.perm {
+                if let Some(mut acl) = st.acl(tx, ino, acl::ACCESS)? {
+                    acl.chmod(p);
+                    st.put_xattr(ch, tx, ino, acl::ACCESS, Some(&acl.to_bytes()), 0)?;
+                }
             }
             let now = Time::now();
             let i = st.inode_mut(ino, ch)?;
@@ -1067,6 +1171,7 @@ impl Namespace {
 
     /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE. A value past `XATTR_SIZE_MAX` is
     /// E2BIG; one that would take the inode's names and values past `XATTR_SPACE`, ENOSPC.
+    /// ACLs go through `set_acl`.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
             return errno(libc::ERANGE);
@@ -1074,47 +1179,81 @@ impl Namespace {
         if value.len() > XATTR_SIZE_MAX {
             return errno(libc::E2BIG);
         }
+        if acl::is_acl(name) {
+            return errno(libc::EOPNOTSUPP);
+        }
         self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let total = st.xattr_bytes.get(&ino).copied().unwrap_or(0);
-            let old = match total {
-                0 => None,
-                _ => stored_size(tx, ino, name)?,
-            };
-            if flags & libc::XATTR_CREATE != 0 && old.is_some() {
-                return errno(libc::EEXIST);
-            }
-            if flags & libc::XATTR_REPLACE != 0 && old.is_none() {
-                return errno(libc::ENODATA);
-            }
-            let total = total - old.unwrap_or(0) + name.len() + value.len();
-            if total > XATTR_SPACE {
-                return errno(libc::ENOSPC);
-            }
-            st.xattr_bytes.insert(ino, total);
-            ch.xattrs.push((ino, name.to_vec(), Some(value.to_vec())));
+            st.put_xattr(ch, tx, ino, name, Some(value), flags)?;
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
         })
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        if acl::is_acl(name) {
+            return errno(libc::EOPNOTSUPP);
+        }
         self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let total = st.xattr_bytes.get(&ino).copied().unwrap_or(0);
-            if total == 0 || name.starts_with(INTERNAL) {
-                return errno(libc::ENODATA);
-            }
-            let Some(old) = stored_size(tx, ino, name)? else {
-                return errno(libc::ENODATA);
-            };
-            match total - old {
-                0 => st.xattr_bytes.remove(&ino),
-                left => st.xattr_bytes.insert(ino, left),
-            };
-            ch.xattrs.push((ino, name.to_vec(), None));
+            st.put_xattr(ch, tx, ino, name, None, 0)?;
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) an access or default ACL, as ext4 does: an access
+    /// ACL sets the mode's permission bits (and is not kept when the mode says it all), and
+    /// drops set-group-ID when `kill_sgid` (the caller is neither in the file's group nor
+    /// root). A default ACL is for directories only (EACCES).
+    pub fn set_acl(
+        &self,
+        ino: u64,
+        default: bool,
+        value: Option<&[u8]>,
+        kill_sgid: bool,
+    ) -> Result<Inode> {
+        let acl = match value {
+            Some(v) => Some(acl::Acl::parse(v).ok_or(Error::Errno(libc::EINVAL))?),
+            None => None,
+        };
+        self.mutate_tx(|st, ch, tx| {
+            let i = st.inode(ino)?;
+            if default && i.kind != Kind::Dir {
+                return match acl {
+                    Some(_) => errno(libc::EACCES),
+                    None => Ok(i.clone()),
+                };
+            }
+            let had_access = st.acls.get(&ino).is_some_and(|a| a & HAS_ACCESS != 0);
+            let mut perm = i.perm;
+            match (&acl, default) {
+                (Some(a), true) => {
+                    st.put_xattr(ch, tx, ino, acl::DEFAULT, Some(&a.to_bytes()), 0)?;
+                }
+                // Removing an ACL that is not there succeeds, as on ext4.
+                (None, true) if st.acls.get(&ino).is_some_and(|a| a & HAS_DEFAULT != 0) => {
+                    st.put_xattr(ch, tx, ino, acl::DEFAULT, None, 0)?
+                }
+                (None, true) => {}
+                (Some(a), false) => {
+                    perm = (perm & !0o777) | a.mode();
+                    if kill_sgid {
+                        perm &= !(libc::S_ISGID as u16);
+                    }
+                    if !a.is_mode() {
+                        st.put_xattr(ch, tx, ino, acl::ACCESS, Some(&a.to_bytes()), 0)?;
+                    } else if had_access {
+                        st.put_xattr(ch, tx, ino, acl::ACCESS, None, 0)?;
+                    }
+                }
+                (None, false) if had_access => st.put_xattr(ch, tx, ino, acl::ACCESS, None, 0)?,
+                (None, false) => {}
+            }
+            let i = st.inode_mut(ino, ch)?;
+            i.perm = perm;
+            i.ctime = Time::now();
+            Ok(i.clone())
         })
     }
 
@@ -1189,6 +1328,7 @@ mod tests {
             gid: 0,
             rdev: 0,
             symlink: b"",
+            umask: 0,
         }
     }
 
@@ -1311,6 +1451,104 @@ mod tests {
         ns.unlink(ROOT, b"f").unwrap();
         assert_eq!(stored_xattrs(&ns, f), 0);
         assert_eq!(ns.xattr_bytes(f), 0);
+    }
+
+    /// An ACL in xattr form: (tag, perm, id) entries.
+    fn acl_bytes(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut out = 2u32.to_le_bytes().to_vec();
+        for &(tag, perm, id) in entries {
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(&perm.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn acls_keep_the_mode_in_step_and_are_inherited() {
+        let (_d, ns) = ns();
+        let e = |r: Result<Inode>| r.unwrap_err().errno();
+        const X: u32 = u32::MAX;
+        let named = acl_bytes(&[
+            (1, 6, X),
+            (2, 0, 1001),
+            (4, 4, X),
+            (0x10, 4, X),
+            (0x20, 4, X),
+        ]);
+        let f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap().ino;
+        // An access ACL sets the mode (group bits from the mask) and is kept.
+        let i = ns.set_acl(f, false, Some(&named), false).unwrap();
+        assert_eq!(i.perm, 0o644);
+        assert_eq!(ns.getxattr(f, acl::ACCESS).unwrap(), named);
+        // chmod rewrites it; one the mode says all of is dropped, the mode set from it.
+        ns.setattr(
+            f,
+            &SetAttr {
+                perm: Some(0o2750),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        let got = acl::Acl::parse(&ns.getxattr(f, acl::ACCESS).unwrap()).unwrap();
+        assert_eq!(got.mode(), 0o750);
+        let plain = acl_bytes(&[(1, 7, X), (4, 0, X), (0x20, 0, X)]);
+        // Set-group-ID falls for a caller outside the file's group.
+        let i = ns.set_acl(f, false, Some(&plain), true).unwrap();
+        assert_eq!(i.perm, 0o700);
+        assert_eq!(
+            ns.getxattr(f, acl::ACCESS).unwrap_err().errno(),
+            libc::ENODATA
+        );
+        assert_eq!(ns.xattr_bytes(f), 0);
+        // Removing what is not there succeeds, as on ext4; a default ACL on a file does not.
+        ns.set_acl(f, false, None, false).unwrap();
+        assert_eq!(e(ns.set_acl(f, true, Some(&named), false)), libc::EACCES);
+        assert_eq!(e(ns.set_acl(f, false, Some(b"junk"), false)), libc::EINVAL);
+        // Plain xattr calls cannot store an ACL behind these rules.
+        assert_eq!(
+            ns.setxattr(f, acl::ACCESS, &named, 0).unwrap_err().errno(),
+            libc::EOPNOTSUPP
+        );
+        // Without a default ACL the umask applies; with one, the ACL decides.
+        let masked = NewNode {
+            umask: 0o027,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        assert_eq!(ns.create(ROOT, b"m", masked, L, 2).unwrap().perm, 0o640);
+        let d = ns.create(ROOT, b"d", node(Kind::Dir), L, 2).unwrap().ino;
+        let default = acl_bytes(&[
+            (1, 7, X),
+            (2, 7, 1001),
+            (4, 5, X),
+            (0x10, 7, X),
+            (0x20, 5, X),
+        ]);
+        ns.set_acl(d, true, Some(&default), false).unwrap();
+        let new = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        let n = ns.create(d, b"n", new, L, 2).unwrap();
+        assert_eq!(n.perm, 0o664);
+        let inherited = acl::Acl::parse(&ns.getxattr(n.ino, acl::ACCESS).unwrap()).unwrap();
+        assert_eq!(inherited.mode(), 0o664);
+        assert!(ns.getxattr(n.ino, acl::DEFAULT).is_err());
+        let sub = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::Dir, 0o777)
+        };
+        let sub = ns.create(d, b"sub", sub, L, 2).unwrap();
+        assert_eq!(sub.perm, 0o775);
+        assert_eq!(ns.getxattr(sub.ino, acl::DEFAULT).unwrap(), default);
+        // The ACL's presence survives in the totals: removing the default works.
+        ns.set_acl(d, true, None, false).unwrap();
+        assert!(ns.getxattr(d, acl::DEFAULT).is_err());
+        let after = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        assert_eq!(ns.create(d, b"after", after, L, 2).unwrap().perm, 0o600);
     }
 
     #[test]

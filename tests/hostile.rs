@@ -399,3 +399,139 @@ fn xattrs_are_capped_per_inode_and_do_not_grow_the_daemon() {
     assert_eq!(getxattr(&flood, "user.again").unwrap(), vec![2u8; 4096]);
     v.umount();
 }
+
+/// `sh -c SCRIPT` as root, bounded in time; its stdout, or a panic with its stderr.
+fn sh(script: &str) -> String {
+    let out = run_with_timeout(
+        std::process::Command::new("sh").args(["-c", script]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// POSIX ACLs are enforced as on ext4, never stored and ignored: a user:X:--- entry denies X
+/// what the mode bits allow, a named entry grants what they do not (up to the mask), chmod
+/// moves the mask, a directory's default ACL is inherited (the umask then does not apply,
+/// while without one it does), and all of it survives a remount.
+#[test]
+fn posix_acls_are_enforced_as_on_ext4() {
+    let mut v = TestVolume::new(2, "8K", "[mount]\nallow_other = true\n");
+    v.mount();
+    let m = v.mnt_str().to_string();
+    let f = format!("{m}/secret");
+    fs::write(&f, b"root's words").unwrap();
+    sh(&format!("chmod 0644 {f}"));
+    // Readable by everyone, then not by user tests.
+    assert!(as_tests(&["cat", &f]).status.success());
+    sh(&format!("setfacl -m u:tests:--- {f}"));
+    let out = as_tests(&["cat", &f]);
+    assert!(!out.status.success(), "user:tests:--- did not deny");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    let acl = sh(&format!("getfacl -c {f}"));
+    assert!(
+        acl.contains("user:tests:---") && acl.contains("mask::r--"),
+        "{acl}"
+    );
+    assert_eq!(mode_of(std::path::Path::new(&f)), 0o644);
+    // A grant beyond the mode bits, limited by the mask; chmod moves the mask.
+    sh(&format!("setfacl -m u:tests:rw- {f} && chmod 0600 {f}"));
+    let acl = sh(&format!("getfacl -c {f}"));
+    assert!(acl.contains("mask::---"), "chmod 0600 left the mask: {acl}");
+    assert!(!as_tests(&["cat", &f]).status.success());
+    sh(&format!("chmod 0640 {f}"));
+    let acl = sh(&format!("getfacl -c {f}"));
+    assert!(
+        acl.contains("mask::r--") && acl.contains("user:tests:rw-"),
+        "{acl}"
+    );
+    let out = as_tests(&["cat", &f]);
+    assert_eq!(out.stdout, b"root's words", "the ACL did not grant read");
+    let out = as_tests(&["sh", "-c", &format!("echo more >> {f}")]);
+    assert!(
+        !out.status.success(),
+        "the mask did not limit the grant to read"
+    );
+    // Setting the mask through the ACL sets the mode's group bits.
+    sh(&format!("setfacl -m m::rw- {f}"));
+    assert_eq!(mode_of(std::path::Path::new(&f)), 0o660);
+    assert!(as_tests(&["sh", "-c", &format!("echo more >> {f}")])
+        .status
+        .success());
+
+    // No default ACL: the umask applies.
+    sh(&format!(
+        "cd {m} && umask 027 && touch plain && mkdir plaindir"
+    ));
+    assert_eq!(mode_of(&v.path("plain")), 0o640);
+    assert_eq!(mode_of(&v.path("plaindir")), 0o750);
+    // A default ACL: inherited by new files and directories, the umask ignored.
+    let d = format!("{m}/shared");
+    sh(&format!(
+        "mkdir -m 0700 {d} && setfacl -d -m u:tests:rwx {d} && setfacl -m u:tests:rwx {d}"
+    ));
+    sh(&format!("cd {d} && umask 077 && touch new && mkdir sub"));
+    let acl = sh(&format!("getfacl -c {d}/new"));
+    assert!(
+        acl.contains("user:tests:rwx") && acl.contains("mask::rw-"),
+        "the default ACL was not inherited: {acl}"
+    );
+    assert!(as_tests(&["sh", "-c", &format!("echo hi > {d}/new")])
+        .status
+        .success());
+    assert_eq!(fs::read(v.path("shared/new")).unwrap(), b"hi\n");
+    let acl = sh(&format!("getfacl -c {d}/sub"));
+    assert!(
+        acl.contains("default:user:tests:rwx") && acl.contains("\nuser:tests:rwx"),
+        "the new directory did not inherit the default ACL: {acl}"
+    );
+    // A file user tests makes in the shared directory carries the ACL too.
+    assert!(as_tests(&["touch", &format!("{d}/sub/theirs")])
+        .status
+        .success());
+    let acl = sh(&format!("getfacl -c {d}/sub/theirs"));
+    assert!(acl.contains("user:tests:rwx"), "{acl}");
+
+    // Everything survives a remount, and is still enforced.
+    let before = sh(&format!("getfacl -cR {m}"));
+    v.remount();
+    assert_eq!(sh(&format!("getfacl -cR {m}")), before);
+    assert!(!as_tests(&["cat", &format!("{m}/plain")]).status.success());
+    sh(&format!("setfacl -m u:tests:--- {f}"));
+    assert!(!as_tests(&["cat", &f]).status.success());
+    // setfacl -b takes the ACL away, and the mode bits decide again.
+    sh(&format!("setfacl -b {f} && chmod 0644 {f}"));
+    let acl = sh(&format!("getfacl -c {f}"));
+    assert!(
+        !acl.contains("user:tests") && !acl.contains("mask"),
+        "{acl}"
+    );
+    let e = getxattr(std::path::Path::new(&f), "system.posix_acl_access").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENODATA));
+    assert!(as_tests(&["cat", &f]).status.success());
+    v.umount();
+}
+
+/// Where the kernel does not check permissions (no default_permissions) ACLs could not be
+/// enforced, so they are refused rather than stored and ignored.
+#[test]
+fn posix_acls_are_refused_where_they_cannot_be_enforced() {
+    let mut v = TestVolume::new(1, "64K", "");
+    v.mount_with(&["-o", "no_default_permissions"]);
+    let f = v.path("f");
+    fs::write(&f, b"x").unwrap();
+    let out = run_with_timeout(
+        std::process::Command::new("setfacl").args(["-m", "u:tests:---", f.to_str().unwrap()]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Operation not supported"), "{err}");
+    let e = getxattr(&f, "system.posix_acl_access").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    v.umount();
+}
