@@ -1,13 +1,16 @@
 //! The namespace: inodes, directory entries, xattrs and layouts.
 //!
 //! The whole tree is held in memory (reads never touch the store) and every change is written
-//! to an embedded ACID store (redb) in one transaction per operation. Extended attributes are
-//! the exception: their values stay in the store, and memory holds only each inode's total
-//! (names and values, at most `XATTR_SPACE`), so the daemon does not grow with the xattr bytes
-//! of the volume; getxattr and listxattr read the store, which sees every committed change. Those transactions are
+//! to an embedded ACID store (redb) in one transaction per operation. Those transactions are
 //! not synced; `sync` makes everything so far durable in one fsync, which is what fsync,
 //! fsyncdir, syncfs, the periodic committer and unmount call. After a crash the store opens at
 //! its last durable commit, which is always a consistent tree.
+//!
+//! Extended attributes are the exception to "all in memory": their values stay in the store
+//! and memory holds only each inode's total (names and values, at most `XATTR_SPACE`) and
+//! which ACLs it has, so the daemon does not grow with the xattr bytes of the volume.
+//! getxattr and listxattr read the store; a read transaction sees every commit so far,
+//! unsynced ones included.
 
 use crate::acl;
 use crate::error::{errno, Error, Result};
