@@ -28,13 +28,27 @@ pub struct TargetSetting {
 }
 
 impl TargetSetting {
-    pub fn parse(text: &str, default_mode: Mode) -> std::result::Result<TargetSetting, String> {
-        let mut t = TargetSetting {
-            mode: default_mode,
+    /// What a new target gets for the keys its setting leaves out: kept longest, the whole
+    /// cache, not pinned.
+    pub fn new(mode: Mode) -> TargetSetting {
+        TargetSetting {
+            mode,
             priority: 0,
             allocation: 1.0,
             pinned: false,
-        };
+        }
+    }
+
+    pub fn parse(text: &str, default_mode: Mode) -> std::result::Result<TargetSetting, String> {
+        TargetSetting::parse_over(text, TargetSetting::new(default_mode))
+    }
+
+    /// Parses a setting; keys left out keep `base`'s value.
+    pub fn parse_over(
+        text: &str,
+        base: TargetSetting,
+    ) -> std::result::Result<TargetSetting, String> {
+        let mut t = base;
         let mut any = false;
         for part in text
             .split(|c: char| c.is_whitespace() || c == ',')
@@ -77,6 +91,13 @@ impl TargetSetting {
             return Err("empty setting; expected e.g. \"mode=wb\"".into());
         }
         Ok(t)
+    }
+
+    /// Whether `other` asks the same share of the cache (priority, allocation, pinning).
+    pub fn same_share(&self, other: &TargetSetting) -> bool {
+        self.priority == other.priority
+            && self.allocation == other.allocation
+            && self.pinned == other.pinned
     }
 
     pub fn format(&self) -> String {
@@ -385,6 +406,18 @@ impl Caching {
 
     pub fn target(&self, dir: u64) -> Option<TargetSetting> {
         self.targets.read().get(&dir).map(|t| t.setting.clone())
+    }
+
+    /// The share of the cache the files outside every target have: what a target gets that
+    /// its owner, not root or the mounter, makes.
+    pub fn default_share(&self, mode: Mode) -> TargetSetting {
+        let d = self.cache.class(cache::DEFAULT_CLASS);
+        TargetSetting {
+            mode,
+            priority: d.as_ref().map_or(1, |c| c.priority),
+            allocation: d.as_ref().map_or(1.0, |c| c.allocation),
+            pinned: d.is_some_and(|c| c.pinned),
+        }
     }
 
     pub fn is_target(&self, dir: u64) -> bool {

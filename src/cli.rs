@@ -139,15 +139,20 @@ enum TargetAction {
         dir: PathBuf,
         #[arg(long)]
         mode: String,
-        /// Eviction priority: 0 is kept longest
-        #[arg(long, default_value_t = 0)]
-        priority: u8,
-        /// Most of the cache this target may hold (0..1]
-        #[arg(long, default_value_t = 1.0)]
-        allocation: f64,
-        /// Never evict this target's lines
+        /// Eviction priority: 0 is kept longest (default for a new target: 0; root or the
+        /// mounter only)
         #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this target may hold (0..1] (default for a new target: 1; root
+        /// or the mounter only)
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Never evict this target's lines (root or the mounter only)
+        #[arg(long, conflicts_with = "unpin")]
         pin: bool,
+        /// Evict this target's lines again
+        #[arg(long)]
+        unpin: bool,
     },
     /// Stop caching DIR by its own setting (its dirty lines are written back first)
     Rm { dir: PathBuf },
@@ -563,21 +568,29 @@ fn target(action: TargetAction) -> Result<()> {
             priority,
             allocation,
             pin,
+            unpin,
         } => {
             if cache::Mode::parse(&mode).is_none() {
                 return Err(Error::Usage(format!(
                     "--mode {mode}: must be wt, wb, wa, wi, wo or pt"
                 )));
             }
-            if !(allocation > 0.0 && allocation <= 1.0) {
-                return Err(Error::Usage(format!(
-                    "--allocation {allocation}: must be above 0 and at most 1"
-                )));
+            // Only what was asked: the rest keeps the target's current value.
+            let mut value = format!("mode={mode}");
+            if let Some(p) = priority {
+                value += &format!(" priority={p}");
             }
-            let value = format!(
-                "mode={mode} priority={priority} allocation={allocation} pinned={}",
-                u8::from(pin)
-            );
+            if let Some(a) = allocation {
+                if !(a > 0.0 && a <= 1.0) {
+                    return Err(Error::Usage(format!(
+                        "--allocation {a}: must be above 0 and at most 1"
+                    )));
+                }
+                value += &format!(" allocation={a}");
+            }
+            if pin || unpin {
+                value += &format!(" pinned={}", u8::from(pin));
+            }
             xattr::set(&dir, &key, value.as_bytes())
                 .map_err(|e| xattr::explain(&dir, "cache", e))?;
             let now = xattr::get(&dir, &key).map_err(|e| xattr::explain(&dir, "cache", e))?;

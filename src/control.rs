@@ -93,10 +93,15 @@ fn caching(engine: &Engine) -> Result<&crate::caching::Caching> {
     engine.caching.as_ref().ok_or(Error::Errno(libc::ENODATA))
 }
 
+/// Root, or whoever mounted the volume (the daemon's user).
+fn is_volume_admin(uid: u32) -> bool {
+    // SAFETY: geteuid cannot fail.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
 /// Volume-wide controls are for root and for whoever mounted the volume.
 fn volume_admin(uid: u32) -> Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if uid == 0 || uid == unsafe { libc::geteuid() } {
+    if is_volume_admin(uid) {
         Ok(())
     } else {
         errno(libc::EPERM)
@@ -147,14 +152,36 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
             if inode.kind != Kind::Dir {
                 return errno(libc::ENOTDIR);
             }
-            if uid != 0 && uid != inode.uid {
+            let admin = is_volume_admin(uid);
+            if !admin && uid != inode.uid {
                 return errno(libc::EPERM);
             }
-            let setting = crate::caching::TargetSetting::parse(text(value)?, c.target_mode)
+            // Keys left out keep the target's current value. The cache is shared: a target's
+            // owner chooses its mode only, and a new one gets the volume default's share;
+            // priority, allocation and pinning are for root and the mounter.
+            let base = match c.target(ino) {
+                Some(t) => t,
+                None if admin => crate::caching::TargetSetting::new(c.target_mode),
+                None => c.default_share(c.target_mode),
+            };
+            let setting = crate::caching::TargetSetting::parse_over(text(value)?, base.clone())
                 .map_err(|e| {
                     log::info!("refused cache target setting: {e}");
                     Error::Errno(libc::EINVAL)
                 })?;
+            if !admin && !setting.same_share(&base) {
+                log::warn!(
+                    "refused uid {uid} the cache target \"{}\" on {}: priority, allocation and \
+                     pinning are for root or the user who mounted; a folder's owner may choose \
+                     its mode only (its share stays priority={} allocation={} pinned={})",
+                    setting.format(),
+                    crate::caching::path_of(&engine.ns, ino),
+                    base.priority,
+                    base.allocation,
+                    u8::from(base.pinned)
+                );
+                return errno(libc::EPERM);
+            }
             c.set_target(&engine.ns, ino, setting, false)
         }
         Key::Flush if ino == ROOT => {

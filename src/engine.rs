@@ -44,7 +44,7 @@ pub struct Caller {
 impl Caller {
     /// Whether the caller is in group `gid`: its own group, or one of its supplementary
     /// groups (read from /proc only in the rare case that asks).
-    fn in_group(&self, gid: u32) -> bool {
+    pub fn in_group(&self, gid: u32) -> bool {
         if gid == self.gid {
             return true;
         }

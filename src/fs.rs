@@ -1,9 +1,10 @@
 //! The FUSE boundary: fuser's callbacks translated into engine and namespace calls, errors
 //! into errnos.
 
+use crate::acl;
 use crate::control;
 use crate::engine::{Caller, Engine};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::namespace::{Inode, Kind, NewNode, SetAttr, Time};
 use dashmap::DashMap;
 use fuser::{
@@ -31,6 +32,11 @@ pub struct StripeFs {
     ttl: Duration,
     dirs: DashMap<u64, DirSnapshot>,
     next_fh: AtomicU64,
+    /// POSIX ACLs are enforced (FUSE_POSIX_ACL: the kernel checks them, the daemon keeps
+    /// them and the mode in step); without it they are refused (EOPNOTSUPP).
+    acl: bool,
+    /// The kernel leaves the umask to the daemon (FUSE_DONT_MASK), for default ACLs.
+    dont_mask: bool,
 }
 
 impl StripeFs {
@@ -40,6 +46,8 @@ impl StripeFs {
             engine,
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
+            acl: false,
+            dont_mask: false,
         }
     }
 
@@ -83,6 +91,15 @@ impl StripeFs {
         }
     }
 
+    /// The umask a new node's mode is masked with here: the kernel's when it left it to us.
+    fn umask(&self, umask: u32) -> u16 {
+        if self.dont_mask {
+            (umask & 0o777) as u16
+        } else {
+            0
+        }
+    }
+
     fn new_node(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode) -> Result<Inode> {
         let layout = self
             .engine
@@ -99,6 +116,20 @@ impl StripeFs {
             layout,
             self.engine.volume.device_count(),
         )
+    }
+
+    /// An ACL xattr: set or removed as ext4 does it when ACLs are on, refused when off.
+    fn set_acl(&self, req: &Request, ino: u64, name: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if !self.acl {
+            return Err(Error::Errno(libc::EOPNOTSUPP));
+        }
+        // As posix_acl_update_mode: set-group-ID falls unless root or in the file's group.
+        let gid = self.engine.ns.get(ino)?.gid;
+        let kill_sgid = req.uid() != 0 && !caller(req).in_group(gid);
+        self.engine
+            .ns
+            .set_acl(ino, name == acl::DEFAULT, value, kill_sgid)
+            .map(|_| ())
     }
 
     fn open_flags(&self, flags: i32) -> FopenFlags {
@@ -170,9 +201,19 @@ impl Filesystem for StripeFs {
         if self.engine.config.mount.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
+        // ACLs are enforced by the kernel's permission checks, so only where those are on.
+        if self.engine.config.mount.default_permissions {
+            want |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        }
         if let Err(missing) = config.add_capabilities(want) {
             log::warn!("kernel lacks FUSE capabilities {missing:?}; going on without them");
-            let _ = config.add_capabilities(want & !missing);
+            want &= !missing;
+            let _ = config.add_capabilities(want);
+        }
+        self.acl = want.contains(InitFlags::FUSE_POSIX_ACL);
+        self.dont_mask = want.contains(InitFlags::FUSE_DONT_MASK);
+        if !self.acl {
+            log::info!("POSIX ACLs are refused (EOPNOTSUPP) on this mount");
         }
         Ok(())
     }
@@ -244,7 +285,7 @@ impl Filesystem for StripeFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -256,6 +297,7 @@ impl Filesystem for StripeFs {
         }
         let node = NewNode {
             rdev,
+            umask: self.umask(umask),
             ..NewNode::new(kind, mode)
         };
         self.entry(reply, self.new_node(req, parent.0, name, node));
@@ -267,10 +309,13 @@ impl Filesystem for StripeFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        let node = NewNode::new(Kind::Dir, mode);
+        let node = NewNode {
+            umask: self.umask(umask),
+            ..NewNode::new(Kind::Dir, mode)
+        };
         self.entry(reply, self.new_node(req, parent.0, name, node));
     }
 
@@ -550,6 +595,7 @@ impl Filesystem for StripeFs {
         let name = name.as_bytes();
         let r = match control::key(name) {
             Some(key) => control::set(&self.engine, req.uid(), ino.0, key, value),
+            None if acl::is_acl(name) => self.set_acl(req, ino.0, name, Some(value)),
             None => self.engine.ns.setxattr(ino.0, name, value, flags),
         };
         Self::empty(reply, r);
@@ -559,6 +605,7 @@ impl Filesystem for StripeFs {
         let name = name.as_bytes();
         let r = match control::key(name) {
             Some(key) => control::get(&self.engine, ino.0, key),
+            None if acl::is_acl(name) && !self.acl => Err(Error::Errno(libc::EOPNOTSUPP)),
             None => self.engine.ns.getxattr(ino.0, name),
         };
         match r {
@@ -573,7 +620,7 @@ impl Filesystem for StripeFs {
         match self.engine.ns.listxattr(ino.0) {
             Ok(names) => {
                 let mut out = Vec::new();
-                for n in names {
+                for n in names.into_iter().filter(|n| self.acl || !acl::is_acl(n)) {
                     out.extend_from_slice(&n);
                     out.push(0);
                 }
@@ -593,6 +640,7 @@ impl Filesystem for StripeFs {
         let name = name.as_bytes();
         let r = match control::key(name) {
             Some(key) => control::remove(&self.engine, req.uid(), ino.0, key),
+            None if acl::is_acl(name) => self.set_acl(req, ino.0, name, None),
             None => self.engine.ns.removexattr(ino.0, name),
         };
         Self::empty(reply, r);
@@ -632,11 +680,14 @@ impl Filesystem for StripeFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let node = NewNode::new(Kind::File, mode);
+        let node = NewNode {
+            umask: self.umask(umask),
+            ..NewNode::new(Kind::File, mode)
+        };
         match self.new_node(req, parent.0, name, node) {
             Ok(i) => {
                 self.engine.ns.opened(i.ino);

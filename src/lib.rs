@@ -1,6 +1,7 @@
 //! stripefs: a FUSE filesystem that stripes files RAID-0 style across backing devices.
 //! The binary wires the crates below it: `stripe` (layout and devices), `mountcfg` (config).
 
+pub mod acl;
 pub mod bench_cmd;
 pub mod caching;
 pub mod cli;

@@ -5,10 +5,19 @@
 //! not synced; `sync` makes everything so far durable in one fsync, which is what fsync,
 //! fsyncdir, syncfs, the periodic committer and unmount call. After a crash the store opens at
 //! its last durable commit, which is always a consistent tree.
+//!
+//! Extended attributes are the exception to "all in memory": their values stay in the store
+//! and memory holds only each inode's total (names and values, at most `XATTR_SPACE`) and
+//! which ACLs it has, so the daemon does not grow with the xattr bytes of the volume.
+//! getxattr and listxattr read the store; a read transaction sees every commit so far,
+//! unsynced ones included.
 
+use crate::acl;
 use crate::error::{errno, Error, Result};
 use parking_lot::RwLock;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -25,6 +34,15 @@ pub const ROOT: u64 = 1;
 /// Prefix of internal xattr names: the kernel passes only names with a namespace prefix.
 const INTERNAL: &[u8] = b"\0stripefs.";
 const NAME_MAX: usize = 255;
+/// The most one xattr value may hold (Linux's XATTR_SIZE_MAX): E2BIG past it.
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
+/// The most the xattr names and values of one inode may hold together: ENOSPC past it, as
+/// ext4 refuses what does not fit its xattr space.
+pub const XATTR_SPACE: usize = 64 * 1024;
+/// What the store keeps in memory (its page cache and write buffer): the namespace itself is
+/// in memory already, so the store's cache only has to spare it re-reading the pages a
+/// transaction changes, and must not hold the volume's xattr values.
+const STORE_CACHE: usize = 4 << 20;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -130,6 +148,9 @@ pub struct NewNode<'a> {
     pub gid: u32,
     pub rdev: u32,
     pub symlink: &'a [u8],
+    /// The creator's umask, for the daemon to apply (FUSE_DONT_MASK) unless the directory
+    /// has a default ACL; 0 when the kernel applied it already.
+    pub umask: u16,
 }
 
 impl NewNode<'static> {
@@ -143,6 +164,7 @@ impl NewNode<'static> {
             gid: 0,
             rdev: 0,
             symlink: b"",
+            umask: 0,
         }
     }
 }
@@ -163,7 +185,12 @@ pub struct SetAttr {
 struct State {
     inodes: HashMap<u64, Inode>,
     children: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
-    xattrs: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// stripefs's own settings per inode (small: a folder's cache target).
+    internal: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Bytes of xattr names and values per inode (values live in the store only).
+    xattr_bytes: HashMap<u64, usize>,
+    /// Which ACLs an inode has (`HAS_ACCESS`, `HAS_DEFAULT`); the ACLs are in the store.
+    acls: HashMap<u64, u8>,
     next_ino: u64,
     /// Open handles per inode: an unlinked inode lives on until its last close.
     open: HashMap<u64, u32>,
@@ -182,6 +209,8 @@ struct Changes {
     inodes: BTreeSet<u64>,
     dirents: Vec<(u64, Vec<u8>, Option<u64>)>,
     xattrs: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
+    /// Inodes whose every xattr goes.
+    drop_xattrs: Vec<u64>,
 }
 
 impl State {
@@ -254,12 +283,68 @@ impl State {
         }
         ch.inodes.insert(ino);
         self.children.remove(&ino);
-        if let Some(x) = self.xattrs.remove(&ino) {
-            for name in x.into_keys() {
-                ch.xattrs.push((ino, name, None));
-            }
+        self.acls.remove(&ino);
+        if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
+            ch.drop_xattrs.push(ino);
         }
         self.dirty.remove(&ino);
+    }
+
+    /// Sets (or with `None` removes) xattr `name` of `ino` in this operation, keeping the
+    /// inode's total: ENOSPC past `XATTR_SPACE`, ENODATA to remove what is not there,
+    /// EEXIST/ENODATA for XATTR_CREATE/XATTR_REPLACE. Checks come before any change.
+    fn put_xattr(
+        &mut self,
+        ch: &mut Changes,
+        tx: &WriteTransaction,
+        ino: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<()> {
+        let total = self.xattr_bytes.get(&ino).copied().unwrap_or(0);
+        let old = match total {
+            0 => None,
+            _ => stored_size(tx, ino, name)?,
+        };
+        if flags & libc::XATTR_CREATE != 0 && old.is_some() {
+            return errno(libc::EEXIST);
+        }
+        if (flags & libc::XATTR_REPLACE != 0 || value.is_none()) && old.is_none() {
+            return errno(libc::ENODATA);
+        }
+        let total = total - old.unwrap_or(0) + value.map_or(0, |v| name.len() + v.len());
+        if total > XATTR_SPACE {
+            return errno(libc::ENOSPC);
+        }
+        match total {
+            0 => self.xattr_bytes.remove(&ino),
+            t => self.xattr_bytes.insert(ino, t),
+        };
+        let bit = acl_bit(name);
+        if bit != 0 {
+            let flags = self.acls.entry(ino).or_default();
+            match value {
+                Some(_) => *flags |= bit,
+                None => *flags &= !bit,
+            }
+            if *flags == 0 {
+                self.acls.remove(&ino);
+            }
+        }
+        ch.xattrs
+            .push((ino, name.to_vec(), value.map(<[u8]>::to_vec)));
+        Ok(())
+    }
+
+    /// The ACL `name` of `ino`, if it has one.
+    fn acl(&self, tx: &WriteTransaction, ino: u64, name: &[u8]) -> Result<Option<acl::Acl>> {
+        if self.acls.get(&ino).copied().unwrap_or(0) & acl_bit(name) == 0 {
+            return Ok(None);
+        }
+        let table = tx.open_table(XATTRS)?;
+        let value = table.get((ino, name))?;
+        Ok(value.and_then(|v| acl::Acl::parse(v.value())))
     }
 
     /// True if `ancestor` is `dir` or one of its ancestors.
@@ -284,6 +369,26 @@ fn check_name(name: &[u8]) -> Result<()> {
         return errno(libc::EINVAL);
     }
     Ok(())
+}
+
+const HAS_ACCESS: u8 = 1;
+const HAS_DEFAULT: u8 = 2;
+
+fn acl_bit(name: &[u8]) -> u8 {
+    match name {
+        acl::ACCESS => HAS_ACCESS,
+        acl::DEFAULT => HAS_DEFAULT,
+        _ => 0,
+    }
+}
+
+/// Bytes of xattr `name` of `ino` (name and value) as the store has it in `tx`.
+fn stored_size(tx: &WriteTransaction, ino: u64, name: &[u8]) -> Result<Option<usize>> {
+    let table = tx.open_table(XATTRS)?;
+    let size = table
+        .get((ino, name))?
+        .map(|v| name.len() + v.value().len());
+    Ok(size)
 }
 
 fn encode(inode: &Inode) -> Vec<u8> {
@@ -331,7 +436,9 @@ impl Namespace {
             std::fs::remove_file(path)
                 .map_err(|e| Error::Store(format!("{}: {e}", path.display())))?;
         }
-        let db = Database::create(path)?;
+        let db = Database::builder()
+            .set_cache_size(STORE_CACHE)
+            .create(path)?;
         let now = Time::now();
         let root = Inode {
             ino: ROOT,
@@ -374,13 +481,16 @@ impl Namespace {
                 path.display()
             )));
         }
-        let db = Database::open(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
-                "namespace store {} is in use by another stripefs mount",
-                path.display()
-            )),
-            e => Error::Store(format!("{}: {e}", path.display())),
-        })?;
+        let db = Database::builder()
+            .set_cache_size(STORE_CACHE)
+            .open(path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
+                    "namespace store {} is in use by another stripefs mount",
+                    path.display()
+                )),
+                e => Error::Store(format!("{}: {e}", path.display())),
+            })?;
         let mut st = State::default();
         let uuid;
         {
@@ -410,10 +520,17 @@ impl Namespace {
             for row in tx.open_table(XATTRS)?.iter()? {
                 let (k, v) = row?;
                 let (ino, name) = k.value();
-                st.xattrs
-                    .entry(ino)
-                    .or_default()
-                    .insert(name.to_vec(), v.value().to_vec());
+                if name.starts_with(INTERNAL) {
+                    st.internal
+                        .entry(ino)
+                        .or_default()
+                        .insert(name.to_vec(), v.value().to_vec());
+                } else {
+                    *st.xattr_bytes.entry(ino).or_default() += name.len() + v.value().len();
+                    if acl_bit(name) != 0 {
+                        *st.acls.entry(ino).or_default() |= acl_bit(name);
+                    }
+                }
             }
         }
         if !st.inodes.contains_key(&ROOT) {
@@ -517,10 +634,35 @@ impl Namespace {
         Ok(out)
     }
 
-    fn persist(&self, st: &mut State, mut ch: Changes, durability: Durability) -> Result<()> {
-        ch.inodes.extend(std::mem::take(&mut st.dirty));
+    /// `mutate` for operations that read the store too (xattr values): `f` reads through the
+    /// operation's own transaction.
+    fn mutate_tx<T>(
+        &self,
+        f: impl FnOnce(&mut State, &mut Changes, &WriteTransaction) -> Result<T>,
+    ) -> Result<T> {
+        let mut st = self.state.write();
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::None)?;
+        let mut ch = Changes::default();
+        let out = match f(&mut st, &mut ch, &tx) {
+            Ok(out) => out,
+            Err(e) => {
+                tx.abort()?;
+                return Err(e);
+            }
+        };
+        self.persist_in(&mut st, ch, tx)?;
+        Ok(out)
+    }
+
+    fn persist(&self, st: &mut State, ch: Changes, durability: Durability) -> Result<()> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(durability)?;
+        self.persist_in(st, ch, tx)
+    }
+
+    fn persist_in(&self, st: &mut State, mut ch: Changes, tx: WriteTransaction) -> Result<()> {
+        ch.inodes.extend(std::mem::take(&mut st.dirty));
         {
             let mut inodes = tx.open_table(INODES)?;
             for ino in &ch.inodes {
@@ -542,6 +684,9 @@ impl Namespace {
                     Some(v) => xattrs.insert((*ino, name.as_slice()), v.as_slice())?,
                     None => xattrs.remove((*ino, name.as_slice()))?,
                 };
+            }
+            for &ino in &ch.drop_xattrs {
+                xattrs.retain_in((ino, &b""[..])..(ino + 1, &b""[..]), |_, _| false)?;
             }
             tx.open_table(META)?
                 .insert("next_ino", st.next_ino.to_le_bytes().as_slice())?;
@@ -614,7 +759,7 @@ impl Namespace {
         device_count: u32,
     ) -> Result<Inode> {
         check_name(name)?;
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             let p = st.dir(parent)?;
             if p.nlink == 0 {
                 return errno(libc::ENOENT);
@@ -623,6 +768,21 @@ impl Namespace {
                 return errno(libc::EEXIST);
             }
             let (mut perm, mut gid) = (node.perm & 0o7777, node.gid);
+            // The directory's default ACL, if any, decides instead of the umask
+            // (posix_acl_create): the node's access ACL, and a directory's default.
+            let mut acls: Vec<(&[u8], Vec<u8>)> = Vec::new();
+            match st.acl(tx, parent, acl::DEFAULT)? {
+                _ if node.kind == Kind::Symlink => {}
+                Some(default) => {
+                    if let Some(access) = default.inherit(&mut perm) {
+                        acls.push((acl::ACCESS, access.to_bytes()));
+                    }
+                    if node.kind == Kind::Dir {
+                        acls.push((acl::DEFAULT, default.to_bytes()));
+                    }
+                }
+                None => perm &= !(node.umask & 0o777),
+            }
             // BSD group semantics of a set-group-id directory.
             if p.perm & libc::S_ISGID as u16 != 0 {
                 gid = p.gid;
@@ -662,6 +822,9 @@ impl Namespace {
                 has_data: false,
                 symlink: node.symlink.to_vec(),
             };
+            for (xattr, value) in &acls {
+                st.put_xattr(ch, tx, ino, xattr, Some(value), 0)?;
+            }
             st.inodes.insert(ino, inode.clone());
             ch.inodes.insert(ino);
             st.set_entry(ch, parent, name, Some(ino));
@@ -829,13 +992,20 @@ impl Namespace {
     }
 
     pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<Inode> {
-        self.mutate(|st, ch| {
+        self.mutate_tx(|st, ch, tx| {
             let i = st.inode(ino)?;
             if a.size.is_some() && i.kind == Kind::Dir {
                 return errno(libc::EISDIR);
             }
             if a.size.is_some() && i.kind != Kind::File {
                 return errno(libc::EINVAL);
+            }
+            // chmod rewrites an access ACL: owner, mask (else group) and other follow the mode.
+            if let Some(p) = a.perm {
+                if let Some(mut acl) = st.acl(tx, ino, acl::ACCESS)? {
+                    acl.chmod(p);
+                    st.put_xattr(ch, tx, ino, acl::ACCESS, Some(&acl.to_bytes()), 0)?;
+                }
             }
             let now = Time::now();
             let i = st.inode_mut(ino, ch)?;
@@ -989,26 +1159,44 @@ impl Namespace {
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         let st = self.state.read();
         st.inode(ino)?;
-        st.xattrs
-            .get(&ino)
-            .and_then(|x| x.get(name))
-            .cloned()
+        if !st.xattr_bytes.contains_key(&ino) || name.starts_with(INTERNAL) {
+            return errno(libc::ENODATA);
+        }
+        // Under the shared lock no change is half-done: the store has every one so far.
+        let tx = self.db.begin_read()?;
+        let value = tx.open_table(XATTRS)?.get((ino, name))?;
+        value
+            .map(|v| v.value().to_vec())
             .ok_or(Error::Errno(libc::ENODATA))
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
         let st = self.state.read();
         st.inode(ino)?;
-        Ok(st
-            .xattrs
+        if !st.xattr_bytes.contains_key(&ino) {
+            return Ok(Vec::new());
+        }
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(XATTRS)?;
+        let mut names = Vec::new();
+        for row in table.range((ino, &b""[..])..(ino + 1, &b""[..]))? {
+            let (k, _) = row?;
+            let (_, name) = k.value();
+            if !name.starts_with(INTERNAL) {
+                names.push(name.to_vec());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Bytes of xattr names and values `ino` holds (without stripefs's own settings).
+    pub fn xattr_bytes(&self, ino: u64) -> usize {
+        self.state
+            .read()
+            .xattr_bytes
             .get(&ino)
-            .map(|x| {
-                x.keys()
-                    .filter(|k| !k.starts_with(INTERNAL))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// stripefs's own per-inode settings (a folder's cache target), kept with the xattrs under
@@ -1019,15 +1207,18 @@ impl Namespace {
             st.inode(ino)?;
             match value {
                 Some(v) => {
-                    st.xattrs
+                    st.internal
                         .entry(ino)
                         .or_default()
                         .insert(name.clone(), v.to_vec());
                     ch.xattrs.push((ino, name, Some(v.to_vec())));
                 }
                 None => {
-                    if let Some(x) = st.xattrs.get_mut(&ino) {
+                    if let Some(x) = st.internal.get_mut(&ino) {
                         x.remove(&name);
+                        if x.is_empty() {
+                            st.internal.remove(&ino);
+                        }
                     }
                     ch.xattrs.push((ino, name, None));
                 }
@@ -1040,7 +1231,7 @@ impl Namespace {
     pub fn internal(&self, key: &str) -> Vec<(u64, Vec<u8>)> {
         let name = [INTERNAL, key.as_bytes()].concat();
         let st = self.state.read();
-        st.xattrs
+        st.internal
             .iter()
             .filter_map(|(&ino, x)| Some((ino, x.get(&name)?.clone())))
             .collect()
@@ -1056,43 +1247,91 @@ impl Namespace {
             .map(|(n, _)| n.clone())
     }
 
-    /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE.
+    /// `flags` as setxattr(2): XATTR_CREATE, XATTR_REPLACE. A value past `XATTR_SIZE_MAX` is
+    /// E2BIG; one that would take the inode's names and values past `XATTR_SPACE`, ENOSPC.
+    /// ACLs go through `set_acl`.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
             return errno(libc::ERANGE);
         }
-        if value.len() > 64 * 1024 {
+        if value.len() > XATTR_SIZE_MAX {
             return errno(libc::E2BIG);
         }
-        self.mutate(|st, ch| {
+        if acl::is_acl(name) {
+            return errno(libc::EOPNOTSUPP);
+        }
+        self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let exists = st.xattrs.get(&ino).is_some_and(|x| x.contains_key(name));
-            if flags & libc::XATTR_CREATE != 0 && exists {
-                return errno(libc::EEXIST);
-            }
-            if flags & libc::XATTR_REPLACE != 0 && !exists {
-                return errno(libc::ENODATA);
-            }
-            st.xattrs
-                .entry(ino)
-                .or_default()
-                .insert(name.to_vec(), value.to_vec());
-            ch.xattrs.push((ino, name.to_vec(), Some(value.to_vec())));
+            st.put_xattr(ch, tx, ino, name, Some(value), flags)?;
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
         })
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.mutate(|st, ch| {
+        if acl::is_acl(name) {
+            return errno(libc::EOPNOTSUPP);
+        }
+        self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
-            let removed = st.xattrs.get_mut(&ino).and_then(|x| x.remove(name));
-            if removed.is_none() {
-                return errno(libc::ENODATA);
-            }
-            ch.xattrs.push((ino, name.to_vec(), None));
+            st.put_xattr(ch, tx, ino, name, None, 0)?;
             st.inode_mut(ino, ch)?.ctime = Time::now();
             Ok(())
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) an access or default ACL, as ext4 does: an access
+    /// ACL sets the mode's permission bits (and is not kept when the mode says it all), and
+    /// drops set-group-ID when `kill_sgid` (the caller is neither in the file's group nor
+    /// root). A default ACL is for directories only (EACCES).
+    pub fn set_acl(
+        &self,
+        ino: u64,
+        default: bool,
+        value: Option<&[u8]>,
+        kill_sgid: bool,
+    ) -> Result<Inode> {
+        let acl = match value {
+            Some(v) => Some(acl::Acl::parse(v).ok_or(Error::Errno(libc::EINVAL))?),
+            None => None,
+        };
+        self.mutate_tx(|st, ch, tx| {
+            let i = st.inode(ino)?;
+            if default && i.kind != Kind::Dir {
+                return match acl {
+                    Some(_) => errno(libc::EACCES),
+                    None => Ok(i.clone()),
+                };
+            }
+            let had_access = st.acls.get(&ino).is_some_and(|a| a & HAS_ACCESS != 0);
+            let mut perm = i.perm;
+            match (&acl, default) {
+                (Some(a), true) => {
+                    st.put_xattr(ch, tx, ino, acl::DEFAULT, Some(&a.to_bytes()), 0)?;
+                }
+                // Removing an ACL that is not there succeeds, as on ext4.
+                (None, true) if st.acls.get(&ino).is_some_and(|a| a & HAS_DEFAULT != 0) => {
+                    st.put_xattr(ch, tx, ino, acl::DEFAULT, None, 0)?
+                }
+                (None, true) => {}
+                (Some(a), false) => {
+                    perm = (perm & !0o777) | a.mode();
+                    if kill_sgid {
+                        perm &= !(libc::S_ISGID as u16);
+                    }
+                    if !a.is_mode() {
+                        st.put_xattr(ch, tx, ino, acl::ACCESS, Some(&a.to_bytes()), 0)?;
+                    } else if had_access {
+                        st.put_xattr(ch, tx, ino, acl::ACCESS, None, 0)?;
+                    }
+                }
+                (None, false) if had_access => st.put_xattr(ch, tx, ino, acl::ACCESS, None, 0)?,
+                (None, false) => {}
+            }
+            let i = st.inode_mut(ino, ch)?;
+            i.perm = perm;
+            i.ctime = Time::now();
+            Ok(i.clone())
         })
     }
 
@@ -1167,6 +1406,7 @@ mod tests {
             gid: 0,
             rdev: 0,
             symlink: b"",
+            umask: 0,
         }
     }
 
@@ -1197,6 +1437,196 @@ mod tests {
         assert_eq!(f.nlink, 2);
         assert_eq!(ns.getxattr(f.ino, b"user.a").unwrap(), b"1");
         assert_eq!(ns.get(ROOT).unwrap().nlink, 3);
+    }
+
+    /// Rows of the store's xattr table for `ino`.
+    fn stored_xattrs(ns: &Namespace, ino: u64) -> usize {
+        let tx = ns.db.begin_read().unwrap();
+        let t = tx.open_table(XATTRS).unwrap();
+        t.range((ino, &b""[..])..(ino + 1, &b""[..]))
+            .unwrap()
+            .count()
+    }
+
+    #[test]
+    fn xattrs_are_read_from_the_store_and_capped_per_inode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("ns.redb");
+        Namespace::format(&p, Uuid::new_v4(), 0, 0).unwrap();
+        let e = |r: Result<()>| r.unwrap_err().errno();
+        let f;
+        {
+            let ns = Namespace::open(&p).unwrap();
+            f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap().ino;
+            // Unsynced changes are what reads see: set, replace, remove.
+            ns.setxattr(f, b"user.a", b"one", 0).unwrap();
+            assert_eq!(ns.getxattr(f, b"user.a").unwrap(), b"one");
+            ns.setxattr(f, b"user.a", b"three", libc::XATTR_REPLACE)
+                .unwrap();
+            assert_eq!(ns.getxattr(f, b"user.a").unwrap(), b"three");
+            assert_eq!(ns.xattr_bytes(f), 6 + 5);
+            assert_eq!(
+                e(ns.setxattr(f, b"user.a", b"x", libc::XATTR_CREATE)),
+                libc::EEXIST
+            );
+            assert_eq!(
+                e(ns.setxattr(f, b"user.b", b"x", libc::XATTR_REPLACE)),
+                libc::ENODATA
+            );
+            ns.removexattr(f, b"user.a").unwrap();
+            assert_eq!(
+                ns.getxattr(f, b"user.a").unwrap_err().errno(),
+                libc::ENODATA
+            );
+            assert_eq!(e(ns.removexattr(f, b"user.a")), libc::ENODATA);
+            assert_eq!(ns.xattr_bytes(f), 0);
+            // One value past XATTR_SIZE_MAX: E2BIG.
+            let big = vec![7u8; XATTR_SIZE_MAX + 1];
+            assert_eq!(e(ns.setxattr(f, b"user.big", &big, 0)), libc::E2BIG);
+            // Names and values together: up to XATTR_SPACE, then ENOSPC.
+            let v = vec![1u8; 16 * 1024 - 8];
+            for n in 0..4 {
+                ns.setxattr(f, format!("user.v{n}").as_bytes(), &v, 0)
+                    .unwrap();
+            }
+            assert_eq!(ns.xattr_bytes(f), 4 * (7 + v.len()));
+            assert_eq!(e(ns.setxattr(f, b"user.more", &[0; 64], 0)), libc::ENOSPC);
+            // Replacing a value by a bigger one counts only the difference.
+            let left = XATTR_SPACE - ns.xattr_bytes(f);
+            let v3 = vec![3u8; v.len() + left];
+            ns.setxattr(f, b"user.v3", &v3, 0).unwrap();
+            assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+            // A smaller value fits again; a bigger one than the space left does not.
+            ns.setxattr(f, b"user.v3", b"small", 0).unwrap();
+            assert_eq!(ns.xattr_bytes(f), 4 * 7 + 3 * v.len() + 5);
+            let too_big = vec![3u8; v3.len() + 1];
+            assert_eq!(e(ns.setxattr(f, b"user.v3", &too_big, 0)), libc::ENOSPC);
+            assert_eq!(ns.getxattr(f, b"user.v3").unwrap(), b"small");
+            ns.setxattr(f, b"user.v3", &v3, 0).unwrap();
+            ns.sync().unwrap();
+        }
+        // After a reopen: the values, their total, and the cap.
+        let ns = Namespace::open(&p).unwrap();
+        assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+        assert_eq!(
+            ns.getxattr(f, b"user.v3").unwrap(),
+            vec![3u8; 16 * 1024 - 4]
+        );
+        assert_eq!(
+            ns.getxattr(f, b"user.v0").unwrap(),
+            vec![1u8; 16 * 1024 - 8]
+        );
+        let mut names = ns.listxattr(f).unwrap();
+        names.sort();
+        assert_eq!(names, [&b"user.v0"[..], b"user.v1", b"user.v2", b"user.v3"]);
+        assert_eq!(e(ns.setxattr(f, b"user.x", b"", 0)), libc::ENOSPC);
+        // Internal settings are neither listed nor counted, and survive too.
+        ns.set_internal(f, "cache", Some(b"mode=wb")).unwrap();
+        assert_eq!(ns.listxattr(f).unwrap().len(), 4);
+        assert_eq!(ns.xattr_bytes(f), XATTR_SPACE);
+        // A freed inode takes its xattrs out of the store.
+        assert_eq!(stored_xattrs(&ns, f), 5);
+        ns.unlink(ROOT, b"f").unwrap();
+        assert_eq!(stored_xattrs(&ns, f), 0);
+        assert_eq!(ns.xattr_bytes(f), 0);
+    }
+
+    /// An ACL in xattr form: (tag, perm, id) entries.
+    fn acl_bytes(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut out = 2u32.to_le_bytes().to_vec();
+        for &(tag, perm, id) in entries {
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(&perm.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn acls_keep_the_mode_in_step_and_are_inherited() {
+        let (_d, ns) = ns();
+        let e = |r: Result<Inode>| r.unwrap_err().errno();
+        const X: u32 = u32::MAX;
+        let named = acl_bytes(&[
+            (1, 6, X),
+            (2, 0, 1001),
+            (4, 4, X),
+            (0x10, 4, X),
+            (0x20, 4, X),
+        ]);
+        let f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap().ino;
+        // An access ACL sets the mode (group bits from the mask) and is kept.
+        let i = ns.set_acl(f, false, Some(&named), false).unwrap();
+        assert_eq!(i.perm, 0o644);
+        assert_eq!(ns.getxattr(f, acl::ACCESS).unwrap(), named);
+        // chmod rewrites it; one the mode says all of is dropped, the mode set from it.
+        ns.setattr(
+            f,
+            &SetAttr {
+                perm: Some(0o2750),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        let got = acl::Acl::parse(&ns.getxattr(f, acl::ACCESS).unwrap()).unwrap();
+        assert_eq!(got.mode(), 0o750);
+        let plain = acl_bytes(&[(1, 7, X), (4, 0, X), (0x20, 0, X)]);
+        // Set-group-ID falls for a caller outside the file's group.
+        let i = ns.set_acl(f, false, Some(&plain), true).unwrap();
+        assert_eq!(i.perm, 0o700);
+        assert_eq!(
+            ns.getxattr(f, acl::ACCESS).unwrap_err().errno(),
+            libc::ENODATA
+        );
+        assert_eq!(ns.xattr_bytes(f), 0);
+        // Removing what is not there succeeds, as on ext4; a default ACL on a file does not.
+        ns.set_acl(f, false, None, false).unwrap();
+        assert_eq!(e(ns.set_acl(f, true, Some(&named), false)), libc::EACCES);
+        assert_eq!(e(ns.set_acl(f, false, Some(b"junk"), false)), libc::EINVAL);
+        // Plain xattr calls cannot store an ACL behind these rules.
+        assert_eq!(
+            ns.setxattr(f, acl::ACCESS, &named, 0).unwrap_err().errno(),
+            libc::EOPNOTSUPP
+        );
+        // Without a default ACL the umask applies; with one, the ACL decides.
+        let masked = NewNode {
+            umask: 0o027,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        assert_eq!(ns.create(ROOT, b"m", masked, L, 2).unwrap().perm, 0o640);
+        let d = ns.create(ROOT, b"d", node(Kind::Dir), L, 2).unwrap().ino;
+        let default = acl_bytes(&[
+            (1, 7, X),
+            (2, 7, 1001),
+            (4, 5, X),
+            (0x10, 7, X),
+            (0x20, 5, X),
+        ]);
+        ns.set_acl(d, true, Some(&default), false).unwrap();
+        let new = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        let n = ns.create(d, b"n", new, L, 2).unwrap();
+        assert_eq!(n.perm, 0o664);
+        let inherited = acl::Acl::parse(&ns.getxattr(n.ino, acl::ACCESS).unwrap()).unwrap();
+        assert_eq!(inherited.mode(), 0o664);
+        assert!(ns.getxattr(n.ino, acl::DEFAULT).is_err());
+        let sub = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::Dir, 0o777)
+        };
+        let sub = ns.create(d, b"sub", sub, L, 2).unwrap();
+        assert_eq!(sub.perm, 0o775);
+        assert_eq!(ns.getxattr(sub.ino, acl::DEFAULT).unwrap(), default);
+        // The ACL's presence survives in the totals: removing the default works.
+        ns.set_acl(d, true, None, false).unwrap();
+        assert!(ns.getxattr(d, acl::DEFAULT).is_err());
+        let after = NewNode {
+            umask: 0o077,
+            ..NewNode::new(Kind::File, 0o666)
+        };
+        assert_eq!(ns.create(d, b"after", after, L, 2).unwrap().perm, 0o600);
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
         Some(libc::EBUSY) => {
             format!("{p}: the file has data; use `stripefs migrate` to restripe it")
         }
+        Some(libc::EPERM) | Some(libc::EACCES) if key == "cache" => format!(
+            "{p}: permission denied (a folder's owner may choose its mode; priority, \
+             allocation and pinning are for root or the user who mounted)"
+        ),
         Some(libc::EPERM) | Some(libc::EACCES) => {
             format!("{p}: permission denied (only the owner or root may change this)")
         }
