@@ -12,4 +12,5 @@ pub mod fs;
 pub mod fsck;
 pub mod janitor;
 pub mod namespace;
+pub mod panics;
 pub mod xattr;

@@ -8,7 +8,9 @@
 
 use crate::error::{errno, Error, Result};
 use parking_lot::RwLock;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -278,9 +280,82 @@ fn encode(inode: &Inode) -> Vec<u8> {
 }
 
 fn decode(bytes: &[u8]) -> Result<Inode> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+    // A damaged record must not make bincode allocate what its length fields claim.
+    let config = bincode::config::standard().with_limit::<{ 1 << 20 }>();
+    bincode::serde::decode_from_slice(bytes, config)
         .map(|(i, _)| i)
         .map_err(|e| Error::Store(format!("damaged inode record: {e}")))
+}
+
+fn open_error(path: &Path, e: redb::DatabaseError) -> Error {
+    match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
+            "namespace store {} is in use by another stripefs mount",
+            path.display()
+        )),
+        e => Error::Store(e.to_string()),
+    }
+}
+
+/// Runs `f` on the store at `path`: a panic inside (redb on a damaged page) becomes an error,
+/// and every store error names the file.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match crate::panics::catch(f) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(Error::Store(msg))) => Err(Error::Store(format!(
+            "{}: cannot be read: {msg}",
+            path.display()
+        ))),
+        Ok(Err(e)) => Err(e),
+        Err(panic) => Err(Error::Store(format!(
+            "{} is damaged: the store gave up reading it ({panic}); restore it from a backup",
+            path.display()
+        ))),
+    }
+}
+
+/// Reads the whole tree of a store.
+fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
+    let mut st = State::default();
+    let tx = db.begin_read()?;
+    let meta = tx.open_table(META)?;
+    let raw = meta
+        .get("uuid")?
+        .ok_or_else(|| Error::Store("no volume uuid in the namespace".into()))?;
+    let uuid =
+        Uuid::from_slice(raw.value()).map_err(|e| Error::Store(format!("bad volume uuid: {e}")))?;
+    let next = meta
+        .get("next_ino")?
+        .ok_or_else(|| Error::Store("no inode counter in the namespace".into()))?;
+    let next: [u8; 8] = next
+        .value()
+        .try_into()
+        .map_err(|_| Error::Store("bad inode counter in the namespace".into()))?;
+    st.next_ino = u64::from_le_bytes(next);
+    for row in tx.open_table(INODES)?.iter()? {
+        let (k, v) = row?;
+        st.inodes.insert(k.value(), decode(v.value())?);
+    }
+    for row in tx.open_table(DIRENTS)?.iter()? {
+        let (k, v) = row?;
+        let (parent, name) = k.value();
+        st.children
+            .entry(parent)
+            .or_default()
+            .insert(name.to_vec(), v.value());
+    }
+    for row in tx.open_table(XATTRS)?.iter()? {
+        let (k, v) = row?;
+        let (ino, name) = k.value();
+        st.xattrs
+            .entry(ino)
+            .or_default()
+            .insert(name.to_vec(), v.value().to_vec());
+    }
+    if !st.inodes.contains_key(&ROOT) {
+        return Err(Error::Store("the namespace has no root directory".into()));
+    }
+    Ok((uuid, st))
 }
 
 pub struct Namespace {
@@ -340,7 +415,9 @@ impl Namespace {
         Ok(())
     }
 
-    /// Opens the namespace of volume `uuid` and loads it into memory.
+    /// Opens a volume's namespace store and loads it into memory. A damaged store is an error
+    /// naming the file, never a panic, and a store that cannot be loaded is left as it was:
+    /// it is read through a read-only handle first, and opened for writing only once loaded.
     pub fn open(path: &Path) -> Result<Namespace> {
         if !path.exists() {
             return Err(Error::Usage(format!(
@@ -348,56 +425,59 @@ impl Namespace {
                 path.display()
             )));
         }
-        let db = Database::open(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
-                "namespace store {} is in use by another stripefs mount",
-                path.display()
-            )),
-            e => Error::Store(format!("{}: {e}", path.display())),
+        let loaded = guarded(path, || match ReadOnlyDatabase::open(path) {
+            Ok(db) => load(&db).map(Some),
+            // Not closed cleanly (a crash): the writable open below recovers it first.
+            Err(redb::DatabaseError::RepairAborted) => Ok(None),
+            Err(e) => Err(open_error(path, e)),
         })?;
-        let mut st = State::default();
-        let uuid;
-        {
-            let tx = db.begin_read()?;
-            let meta = tx.open_table(META)?;
-            let raw = meta
-                .get("uuid")?
-                .ok_or_else(|| Error::Store("no volume uuid in the namespace".into()))?;
-            uuid = Uuid::from_slice(raw.value())
-                .map_err(|e| Error::Store(format!("bad volume uuid: {e}")))?;
-            let next = meta
-                .get("next_ino")?
-                .ok_or_else(|| Error::Store("no inode counter in the namespace".into()))?;
-            st.next_ino = u64::from_le_bytes(next.value().try_into().unwrap_or([0; 8]));
-            for row in tx.open_table(INODES)?.iter()? {
-                let (k, v) = row?;
-                st.inodes.insert(k.value(), decode(v.value())?);
-            }
-            for row in tx.open_table(DIRENTS)?.iter()? {
-                let (k, v) = row?;
-                let (parent, name) = k.value();
-                st.children
-                    .entry(parent)
-                    .or_default()
-                    .insert(name.to_vec(), v.value());
-            }
-            for row in tx.open_table(XATTRS)?.iter()? {
-                let (k, v) = row?;
-                let (ino, name) = k.value();
-                st.xattrs
-                    .entry(ino)
-                    .or_default()
-                    .insert(name.to_vec(), v.value().to_vec());
-            }
-        }
-        if !st.inodes.contains_key(&ROOT) {
-            return Err(Error::Store("the namespace has no root directory".into()));
-        }
+        let db = guarded(path, || {
+            Database::open(path).map_err(|e| open_error(path, e))
+        })?;
+        let (uuid, st) = match loaded {
+            Some(l) => l,
+            None => guarded(path, || load(&db))?,
+        };
         Ok(Namespace {
             db,
             uuid,
             state: RwLock::new(st),
         })
+    }
+
+    /// fsck's check of the store itself: a private copy of `path`, every checksum of it
+    /// verified (redb checks them only when repairing, so a damaged page can read as data).
+    /// The original is only read. The copy goes where `TMPDIR` says.
+    pub fn verified_copy(path: &Path) -> Result<tempfile::NamedTempFile> {
+        if !path.exists() {
+            return Err(Error::Usage(format!(
+                "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
+                path.display()
+            )));
+        }
+        let copy = tempfile::Builder::new()
+            .prefix("stripefs-fsck-")
+            .suffix(".redb")
+            .tempfile()
+            .map_err(|e| Error::Usage(format!("a temporary copy of {}: {e}", path.display())))?;
+        std::fs::copy(path, copy.path()).map_err(|e| {
+            Error::Store(format!(
+                "{}: cannot be copied to {} for checking: {e}",
+                path.display(),
+                copy.path().display()
+            ))
+        })?;
+        let intact = guarded(path, || {
+            let mut db = Database::open(copy.path()).map_err(|e| open_error(path, e))?;
+            Ok(db.check_integrity()?)
+        })?;
+        if !intact {
+            return Err(Error::Store(format!(
+                "{} is damaged: its checksums do not match its contents; restore it from a backup",
+                path.display()
+            )));
+        }
+        Ok(copy)
     }
 
     pub fn uuid(&self) -> Uuid {
