@@ -1,7 +1,7 @@
 //! Offline check of a volume: the namespace against itself and against the object files.
 
 use crate::engine::namespace_path;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::namespace::{Inode, Kind, Namespace, ROOT};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -33,10 +33,24 @@ impl Report {
 }
 
 /// Checks (and with `repair`, mends) the volume a config describes. The volume must not be
-/// mounted: its device locks are taken for the duration.
+/// mounted: its device locks are taken for the duration. An error means the volume could not
+/// be checked (a device or the namespace store cannot be opened, or is damaged past reading).
+/// Without `repair` nothing on the volume is written.
 pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
     let volume = Volume::open(&config.volume.devices)?;
-    let ns = Namespace::open(&namespace_path(config))?;
+    let ns_path = namespace_path(config);
+    // Every checksum of the store, on a copy; without --repair the copy is what is checked.
+    let copy = Namespace::verified_copy(&ns_path)?;
+    let ns = Namespace::open(if repair { &ns_path } else { copy.path() })?;
+    if ns.uuid() != volume.uuid() {
+        return Err(Error::Usage(format!(
+            "namespace store {} belongs to volume {}, but the devices are volume {}: \
+             it is another volume's (check volume.meta)",
+            ns_path.display(),
+            ns.uuid(),
+            volume.uuid()
+        )));
+    }
     let mut report = Report::default();
     // Repairs can expose more (an unreachable directory's children), so go until stable.
     for _ in 0..16 {
