@@ -515,6 +515,15 @@ impl Engine {
             return done(Err(e));
         }
         if let Some(c) = &self.caching {
+            if !inode.has_data {
+                // The devices see this data only when the cache writes it back, which a
+                // truncate can forestall: the object is made now, as a write to the devices
+                // would, so fsck can tell a sparse file from lost data.
+                if let Err(e) = self.volume.touch(inode.object, &layout) {
+                    drop(shared);
+                    return done(Err(e.into()));
+                }
+            }
             let class = c.class_of(&self.ns, ino);
             let r = c.cache.write(inode.object, offset, data, class);
             let now = r
