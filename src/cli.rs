@@ -252,6 +252,7 @@ fn run(command: Command) -> Result<i32> {
             if let Some(o) = &options {
                 daemon::apply_mount_options(&mut cfg, o)?;
             }
+            daemon::clear_mountpoint(&mountpoint)?;
             if foreground {
                 // SAFETY: the fd was handed to us by our parent for this purpose.
                 let ready = match ready_fd {
