@@ -380,12 +380,16 @@ const DEAD_MOUNT_DATA: &str = "nothing was written back (the daemon is gone): di
      file cache are written back by the volume's next mount; those of a RAM cache were lost \
      with the daemon";
 
-/// A FUSE mount whose daemon is gone: every access fails with ENOTCONN.
+/// A FUSE mount whose daemon is gone: every request fails with ENOTCONN. statfs always asks
+/// the daemon (a stat may be answered from the kernel's attribute cache).
 fn is_dead_mount(path: &Path) -> bool {
-    matches!(
-        std::fs::symlink_metadata(path).map_err(|e| e.raw_os_error()),
-        Err(Some(libc::ENOTCONN))
-    )
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space).
