@@ -425,20 +425,19 @@ fn mount_at(path: &Path) -> Option<(String, String)> {
         _ => path,
     };
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines()
-        .filter_map(|line| {
-            let (mount, fs) = line.split_once(" - ")?;
-            let point = mount.split(' ').nth(4)?;
-            let mut fs = fs.split(' ');
-            let (fstype, source) = (fs.next()?, fs.next()?);
-            (unescape_mountinfo(point) == resolved.as_os_str().as_bytes()).then(|| {
-                (
-                    fstype.to_string(),
-                    String::from_utf8_lossy(&unescape_mountinfo(source)).into_owned(),
-                )
-            })
+    // The last listed is the topmost.
+    info.lines().rev().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let point = mount.split(' ').nth(4)?;
+        let mut fs = fs.split(' ');
+        let (fstype, source) = (fs.next()?, fs.next()?);
+        (unescape_mountinfo(point) == resolved.as_os_str().as_bytes()).then(|| {
+            (
+                fstype.to_string(),
+                String::from_utf8_lossy(&unescape_mountinfo(source)).into_owned(),
+            )
         })
-        .last()
+    })
 }
 
 /// Detaches the mount on `path` (lazily: a dead mount cannot be unmounted otherwise), with
@@ -560,5 +559,15 @@ fn process_alive(pid: i32) -> bool {
             Some("Z") | Some("X")
         ),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(super::unescape_mountinfo(r"/mnt/my\040vol"), b"/mnt/my vol");
+        assert_eq!(super::unescape_mountinfo(r"/a\134b\011c"), b"/a\\b\tc");
+        assert_eq!(super::unescape_mountinfo(r"/end\04"), b"/end\\04");
     }
 }
