@@ -39,9 +39,13 @@ impl Report {
 pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
     let volume = Volume::open(&config.volume.devices)?;
     let ns_path = namespace_path(config);
-    // Every checksum of the store, on a copy; without --repair the copy is what is checked.
-    let copy = Namespace::verified_copy(&ns_path)?;
-    let ns = Namespace::open(if repair { &ns_path } else { copy.path() })?;
+    // Either way every checksum of the store is verified first; without --repair its writes
+    // (a recovery after a crash) stay in memory.
+    let ns = if repair {
+        Namespace::open(&ns_path)?
+    } else {
+        Namespace::open_detached(&ns_path)?
+    };
     if ns.uuid() != volume.uuid() {
         return Err(Error::Usage(format!(
             "namespace store {} belongs to volume {}, but the devices are volume {}: \

@@ -12,5 +12,6 @@ pub mod fs;
 pub mod fsck;
 pub mod janitor;
 pub mod namespace;
+mod overlay;
 pub mod panics;
 pub mod xattr;

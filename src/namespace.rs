@@ -8,12 +8,10 @@
 
 use crate::error::{errno, Error, Result};
 use parking_lot::RwLock;
-use redb::{
-    Database, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 use stripe::Layout;
 use uuid::Uuid;
@@ -300,16 +298,59 @@ fn open_error(path: &Path, e: redb::DatabaseError) -> Error {
 /// Runs `f` on the store at `path`: a panic inside (redb on a damaged page) becomes an error,
 /// and every store error names the file.
 fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    guarded_as("read", path, f)
+}
+
+/// `guarded`, for `doing` (read or written) in the messages.
+fn guarded_as<T>(doing: &str, path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     match crate::panics::catch(f) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(Error::Store(msg))) => Err(Error::Store(format!(
-            "{}: cannot be read: {msg}",
+            "{}: cannot be {doing}: {msg}",
             path.display()
         ))),
         Ok(Err(e)) => Err(e),
         Err(panic) => Err(Error::Store(format!(
             "{} is damaged: the store gave up reading it ({panic}); restore it from a backup",
             path.display()
+        ))),
+    }
+}
+
+/// The first bytes of every redb file.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// The store at `path` over an overlay (its writes stay in memory), recovered if it was not
+/// closed cleanly, with every checksum verified: redb checks them only when repairing, so a
+/// damaged page would otherwise read as data.
+fn verified(path: &Path) -> Result<Database> {
+    let overlay = crate::overlay::Overlay::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Usage(format!(
+            "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
+            path.display()
+        )),
+        _ => Error::Store(e.to_string()),
+    })?;
+    // Without the magic number redb would make a new store (in the overlay) and find it sound.
+    let mut magic = [0u8; REDB_MAGIC.len()];
+    let has_magic = std::fs::File::open(path)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0))
+        .is_ok();
+    if !has_magic || magic != REDB_MAGIC {
+        return Err(Error::Store(
+            "not a redb store (its first bytes are not redb's magic number)".into(),
+        ));
+    }
+    let mut db = redb::Builder::new()
+        .create_with_backend(overlay)
+        .map_err(|e| open_error(path, e))?;
+    match db.check_integrity() {
+        Ok(true) => Ok(db),
+        Ok(false) => Err(Error::Store(
+            "damaged: its checksums do not match its contents".into(),
+        )),
+        Err(e) => Err(Error::Store(format!(
+            "damaged: the check of its checksums failed ({e})"
         ))),
     }
 }
@@ -360,6 +401,8 @@ fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
 
 pub struct Namespace {
     db: Database,
+    /// The store's file, for messages.
+    path: PathBuf,
     uuid: Uuid,
     state: RwLock<State>,
 }
@@ -416,68 +459,35 @@ impl Namespace {
     }
 
     /// Opens a volume's namespace store and loads it into memory. A damaged store is an error
-    /// naming the file, never a panic, and a store that cannot be loaded is left as it was:
-    /// it is read through a read-only handle first, and opened for writing only once loaded.
+    /// naming the file, never a panic, and is left as it was: it is recovered (after a crash),
+    /// checked (every checksum) and loaded over an in-memory overlay first, and opened for
+    /// writing only once that went well.
     pub fn open(path: &Path) -> Result<Namespace> {
-        if !path.exists() {
-            return Err(Error::Usage(format!(
-                "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
-                path.display()
-            )));
-        }
-        let loaded = guarded(path, || match ReadOnlyDatabase::open(path) {
-            Ok(db) => load(&db).map(Some),
-            // Not closed cleanly (a crash): the writable open below recovers it first.
-            Err(redb::DatabaseError::RepairAborted) => Ok(None),
-            Err(e) => Err(open_error(path, e)),
-        })?;
+        let (uuid, st) = guarded(path, || load(&verified(path)?))?;
         let db = guarded(path, || {
             Database::open(path).map_err(|e| open_error(path, e))
         })?;
-        let (uuid, st) = match loaded {
-            Some(l) => l,
-            None => guarded(path, || load(&db))?,
-        };
         Ok(Namespace {
             db,
+            path: path.to_path_buf(),
             uuid,
             state: RwLock::new(st),
         })
     }
 
-    /// fsck's check of the store itself: a private copy of `path`, every checksum of it
-    /// verified (redb checks them only when repairing, so a damaged page can read as data).
-    /// The original is only read. The copy goes where `TMPDIR` says.
-    pub fn verified_copy(path: &Path) -> Result<tempfile::NamedTempFile> {
-        if !path.exists() {
-            return Err(Error::Usage(format!(
-                "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
-                path.display()
-            )));
-        }
-        let copy = tempfile::Builder::new()
-            .prefix("stripefs-fsck-")
-            .suffix(".redb")
-            .tempfile()
-            .map_err(|e| Error::Usage(format!("a temporary copy of {}: {e}", path.display())))?;
-        std::fs::copy(path, copy.path()).map_err(|e| {
-            Error::Store(format!(
-                "{}: cannot be copied to {} for checking: {e}",
-                path.display(),
-                copy.path().display()
-            ))
-        })?;
-        let intact = guarded(path, || {
-            let mut db = Database::open(copy.path()).map_err(|e| open_error(path, e))?;
-            Ok(db.check_integrity()?)
-        })?;
-        if !intact {
-            return Err(Error::Store(format!(
-                "{} is damaged: its checksums do not match its contents; restore it from a backup",
-                path.display()
-            )));
-        }
-        Ok(copy)
+    /// The store at `path`, checked and loaded as `open` does, with every write kept in memory:
+    /// the file is never written (fsck without --repair).
+    pub fn open_detached(path: &Path) -> Result<Namespace> {
+        guarded(path, || {
+            let db = verified(path)?;
+            let (uuid, st) = load(&db)?;
+            Ok(Namespace {
+                db,
+                path: path.to_path_buf(),
+                uuid,
+                state: RwLock::new(st),
+            })
+        })
     }
 
     pub fn uuid(&self) -> Uuid {
@@ -486,19 +496,24 @@ impl Namespace {
 
     /// Whether the last mount ended with `mark_clean` (false after a crash).
     pub fn was_clean(&self) -> Result<bool> {
-        let tx = self.db.begin_read()?;
-        let meta = tx.open_table(META)?;
-        // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
-        Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
+        guarded(&self.path, || {
+            let tx = self.db.begin_read()?;
+            let meta = tx.open_table(META)?;
+            // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
+            Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
+        })
     }
 
     /// Records durably whether the volume is cleanly stopped (mount sets false, unmount true).
     pub fn set_clean(&self, clean: bool) -> Result<()> {
         let mut st = self.state.write();
-        let tx = self.db.begin_write()?;
-        tx.open_table(META)?
-            .insert("clean", [u8::from(clean)].as_slice())?;
-        tx.commit()?;
+        guarded_as("written", &self.path, || {
+            let tx = self.db.begin_write()?;
+            tx.open_table(META)?
+                .insert("clean", [u8::from(clean)].as_slice())?;
+            tx.commit()?;
+            Ok(())
+        })?;
         st.changed_since_sync = true;
         drop(st);
         self.sync().map(|_| ())
@@ -543,6 +558,14 @@ impl Namespace {
 
     fn persist(&self, st: &mut State, mut ch: Changes, durability: Durability) -> Result<()> {
         ch.inodes.extend(std::mem::take(&mut st.dirty));
+        // A damaged page met by the write is an error for this call, not a panic of the daemon.
+        guarded_as("written", &self.path, || self.write(st, &ch, durability))?;
+        st.changed_since_sync = true;
+        Ok(())
+    }
+
+    /// One transaction with `ch`'s rows as `st` now has them.
+    fn write(&self, st: &State, ch: &Changes, durability: Durability) -> Result<()> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(durability)?;
         {
@@ -571,7 +594,6 @@ impl Namespace {
                 .insert("next_ino", st.next_ino.to_le_bytes().as_slice())?;
         }
         tx.commit()?;
-        st.changed_since_sync = true;
         Ok(())
     }
 
