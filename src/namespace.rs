@@ -311,7 +311,8 @@ fn guarded_as<T>(doing: &str, path: &Path, f: impl FnOnce() -> Result<T>) -> Res
         ))),
         Ok(Err(e)) => Err(e),
         Err(panic) => Err(Error::Store(format!(
-            "{} is damaged: the store gave up reading it ({panic}); restore it from a backup",
+            "{} is damaged: the store gave up as it was {doing} ({panic}); restore it from a \
+             backup",
             path.display()
         ))),
     }
@@ -375,7 +376,11 @@ fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
     st.next_ino = u64::from_le_bytes(next);
     for row in tx.open_table(INODES)?.iter()? {
         let (k, v) = row?;
-        st.inodes.insert(k.value(), decode(v.value())?);
+        let inode = decode(v.value()).map_err(|e| match e {
+            Error::Store(msg) => Error::Store(format!("inode {}: {msg}", k.value())),
+            e => e,
+        })?;
+        st.inodes.insert(k.value(), inode);
     }
     for row in tx.open_table(DIRENTS)?.iter()? {
         let (k, v) = row?;
