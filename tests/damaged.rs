@@ -413,6 +413,13 @@ fn umount_clears_a_dead_mount() {
     f.sync_all().unwrap();
     drop(f);
     kill_daemon(&v);
+    let out = stripefs(&["status", v.mnt_str()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("is a dead mount"),
+        "status on a dead mount: {}",
+        text(&out)
+    );
     let out = stripefs(&["umount", v.mnt_str()]);
     assert_no_panic(&out, "umount");
     assert!(out.status.success(), "umount: {}", text(&out));
