@@ -83,6 +83,7 @@ enum Command {
         width: Option<u32>,
     },
     /// Check a volume (not mounted) for namespace and object inconsistencies
+    #[command(after_help = FSCK_EXIT_CODES)]
     Fsck {
         config: PathBuf,
         /// Mend what can be mended safely
@@ -191,7 +192,11 @@ pub fn main(args: Vec<String>) -> i32 {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            return match (e.use_stderr(), args.get(1).map(String::as_str)) {
+                (false, _) => 0,
+                (true, Some("fsck")) => FSCK_USAGE,
+                (true, _) => 2,
+            };
         }
     };
     match run(cli.command) {
@@ -278,6 +283,7 @@ fn run(command: Command) -> Result<i32> {
             if let Some(o) = &options {
                 daemon::apply_mount_options(&mut cfg, o)?;
             }
+            daemon::clear_mountpoint(&mountpoint)?;
             if foreground {
                 // SAFETY: the fd was handed to us by our parent for this purpose.
                 let ready = match ready_fd {
@@ -341,8 +347,20 @@ fn run(command: Command) -> Result<i32> {
             repair,
             json,
         } => {
-            let cfg = mountcfg::load(&config)?;
-            let report = fsck::check(&cfg, repair)?;
+            let report = match checked(&config, repair) {
+                Ok(report) => report,
+                Err(e) => {
+                    if json {
+                        let out = serde_json::json!({ "error": e.to_string(), "exit": FSCK_ERROR });
+                        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+                    }
+                    eprintln!(
+                        "stripefs fsck: {}: the volume could not be checked: {e}",
+                        config.display()
+                    );
+                    return Ok(FSCK_ERROR);
+                }
+            };
             if json {
                 println!(
                     "{}",
@@ -365,11 +383,11 @@ fn run(command: Command) -> Result<i32> {
             }
             // e2fsck's convention: 0 clean, 1 errors corrected, 4 errors left.
             Ok(if report.clean() {
-                0
+                FSCK_CLEAN
             } else if report.unrepaired() == 0 {
-                1
+                FSCK_REPAIRED
             } else {
-                4
+                FSCK_LEFT
             })
         }
         Command::Demo { dir, devices } => demo(&dir, devices).map(|()| 0),
@@ -428,6 +446,36 @@ fn run(command: Command) -> Result<i32> {
             .map(|()| 0)
         }
     }
+}
+
+/// `stripefs fsck` exit codes, e2fsck's (fsck(8)): no problems.
+pub const FSCK_CLEAN: i32 = 0;
+/// Problems found, and all of them repaired.
+pub const FSCK_REPAIRED: i32 = 1;
+/// Problems left as they were (no --repair, or none that can be repaired safely).
+pub const FSCK_LEFT: i32 = 4;
+/// Operational error: the volume could not be checked.
+pub const FSCK_ERROR: i32 = 8;
+/// Usage error: bad arguments.
+pub const FSCK_USAGE: i32 = 16;
+
+const FSCK_EXIT_CODES: &str = "Exit codes, as e2fsck's:
+   0  no problems found
+   1  problems found, and all of them repaired (--repair)
+   4  problems left unrepaired: without --repair, or beyond what can be mended safely
+   8  operational error: the volume could not be checked (a device's superblock or the
+      namespace store is missing, damaged or another volume's; the volume is mounted; a bad
+      config); nothing was written
+  16  usage error: bad arguments";
+
+/// Loads the config and runs fsck; a panic anywhere in it is an error, not a crash.
+fn checked(config: &Path, repair: bool) -> Result<fsck::Report> {
+    let cfg = mountcfg::load(config)?;
+    crate::panics::catch(|| fsck::check(&cfg, repair)).unwrap_or_else(|panic| {
+        Err(Error::Usage(format!(
+            "fsck stopped: internal error ({panic})"
+        )))
+    })
 }
 
 fn absolute(p: &Path) -> PathBuf {

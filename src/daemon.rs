@@ -184,6 +184,18 @@ pub fn remount(mountpoint: &Path, opts: &str) -> Result<()> {
     Ok(())
 }
 
+/// Before a mount: a dead mount on the mountpoint (its daemon killed) is detached, saying so.
+pub fn clear_mountpoint(mountpoint: &Path) -> Result<()> {
+    if let Some(source) = clear_dead_mount(mountpoint)? {
+        eprintln!(
+            "stripefs: {} held a dead mount of {source} (its daemon had stopped); detached it \
+             before mounting: {DEAD_MOUNT_DATA} (this mount, if it is the same volume)",
+            mountpoint.display()
+        );
+    }
+    Ok(())
+}
+
 /// The mountpoint must be a directory apart from every device.
 fn check_mountpoint(config: &mountcfg::Config, mountpoint: &Path) -> Result<PathBuf> {
     let mp = std::fs::canonicalize(mountpoint)
@@ -508,8 +520,128 @@ pub fn spawn_background(args: &[String], log_path: &Path) -> Result<()> {
     }))
 }
 
-/// Unmounts a stripefs mount and waits for its daemon to finish writing everything back.
+/// What a dead mount's detach leaves to be done, said wherever one is cleared: the daemon is
+/// gone, so nothing was written back now.
+const DEAD_MOUNT_DATA: &str = "nothing was written back (the daemon is gone): dirty lines of a \
+     file cache are written back by the volume's next mount; those of a RAM cache were lost \
+     with the daemon";
+
+/// A FUSE mount whose daemon is gone: every request fails with ENOTCONN. statfs always asks
+/// the daemon (a stat may be answered from the kernel's attribute cache).
+fn is_dead_mount(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The filesystem type and source of the topmost mount on `path`, from mountinfo. The path
+/// itself cannot be resolved on a dead mount, so its parent is.
+fn mount_at(path: &Path) -> Option<(String, String)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::absolute(path).ok()?;
+    let resolved = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent).ok()?.join(name),
+        _ => path,
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // The last listed is the topmost.
+    info.lines().rev().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let point = mount.split(' ').nth(4)?;
+        let mut fs = fs.split(' ');
+        let (fstype, source) = (fs.next()?, fs.next()?);
+        (unescape_mountinfo(point) == resolved.as_os_str().as_bytes()).then(|| {
+            (
+                fstype.to_string(),
+                String::from_utf8_lossy(&unescape_mountinfo(source)).into_owned(),
+            )
+        })
+    })
+}
+
+/// Detaches the mount on `path` (lazily: a dead mount cannot be unmounted otherwise), with
+/// fusermount3 where the kernel refuses us.
+fn detach(path: &Path) -> Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::Usage("mountpoint has a NUL byte".into()))?;
+    // SAFETY: plain syscall with a valid C string.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let ok = e.raw_os_error() == Some(libc::EPERM)
+        && Command::new("fusermount3")
+            .arg("-uz")
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!("detach {}: {e}", path.display())))
+    }
+}
+
+/// If `path` is a dead FUSE mount (its daemon killed or crashed), detaches it and says what it
+/// was; `None` if it is no dead mount. A dead mount of any other kind is left alone.
+pub fn clear_dead_mount(path: &Path) -> Result<Option<String>> {
+    if !is_dead_mount(path) {
+        return Ok(None);
+    }
+    let Some((fstype, source)) = mount_at(path) else {
+        return Err(Error::Usage(format!(
+            "{}: transport endpoint is not connected, but no mount is listed there",
+            path.display()
+        )));
+    };
+    if !(fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")) {
+        return Err(Error::Usage(format!(
+            "{} is a dead {fstype} mount of {source}, not a FUSE one: unmount it yourself",
+            path.display()
+        )));
+    }
+    detach(path)?;
+    Ok(Some(source))
+}
+
+/// Unmounts a stripefs mount and waits for its daemon to finish writing everything back. A
+/// dead mount (the daemon killed) is detached, and said to have been.
 pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
+    if let Some(source) = clear_dead_mount(mountpoint)? {
+        eprintln!(
+            "stripefs: {} was a dead mount of {source} (its daemon had stopped); detached it: \
+             {DEAD_MOUNT_DATA}",
+            mountpoint.display()
+        );
+        return Ok(());
+    }
     let status = xattr::volume_status(mountpoint)?;
     let pid = status["pid"].as_u64().unwrap_or(0) as i32;
     let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
@@ -590,5 +722,15 @@ fn process_alive(pid: i32) -> bool {
             Some("Z") | Some("X")
         ),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(super::unescape_mountinfo(r"/mnt/my\040vol"), b"/mnt/my vol");
+        assert_eq!(super::unescape_mountinfo(r"/a\134b\011c"), b"/a\\b\tc");
+        assert_eq!(super::unescape_mountinfo(r"/end\04"), b"/end\\04");
     }
 }

@@ -9,7 +9,6 @@ use dashmap::DashMap;
 use parking_lot::RwLock;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use stripe::{IoBuf, Layout, Volume};
@@ -26,9 +25,10 @@ pub struct Engine {
     janitor: Janitor,
     /// Serialises commits so the doomed-object deletes of one never race another's.
     commit_lock: parking_lot::Mutex<()>,
-    /// A cut past a durable new size failed: the stop is not marked clean, so the next mount's
-    /// sweep trims what is past the size.
-    needs_sweep: AtomicBool,
+    /// Files whose cut past a durable new size failed: anything that would show what lies
+    /// past the size (growing, writing past it) cuts first; while any is left the stop is not
+    /// marked clean, so the next mount's sweep trims them.
+    pending_cuts: parking_lot::Mutex<std::collections::HashSet<u64>>,
     started: Instant,
     pub mountpoint: PathBuf,
 }
@@ -413,7 +413,7 @@ impl Engine {
             janitor: Janitor::start()
                 .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
             commit_lock: parking_lot::Mutex::new(()),
-            needs_sweep: AtomicBool::new(false),
+            pending_cuts: Default::default(),
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
         })
@@ -542,13 +542,26 @@ impl Engine {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
-        if let Err(e) = self
-            .check_size(&layout, end)
-            .and_then(|()| self.drop_setid(&inode, caller))
-        {
+        let ready = self.check_size(&layout, end).and_then(|()| {
+            if end > inode.size {
+                // Nothing past the old end may show through the new one.
+                self.finish_cut(&inode, &layout)?;
+            }
+            self.drop_setid(&inode, caller)
+        });
+        if let Err(e) = ready {
             return done(Err(e));
         }
         if let Some(c) = &self.caching {
+            if !inode.has_data {
+                // The devices see this data only when the cache writes it back, which a
+                // truncate can forestall: the object is made now, as a write to the devices
+                // would, so fsck can tell a sparse file from lost data.
+                if let Err(e) = self.volume.touch(inode.object, &layout) {
+                    drop(shared);
+                    return done(Err(e.into()));
+                }
+            }
             let class = c.class_of(&self.ns, ino);
             let r = c.cache.write(inode.object, offset, data, class);
             let now = r
@@ -641,23 +654,30 @@ impl Engine {
         let _alone = lock.write();
         let (inode, layout) = self.file(ino)?;
         self.check_size(&layout, size)?;
+        self.finish_cut(&inode, &layout)?;
         let now = self.ns.setattr(ino, attrs)?;
         if size < inode.size {
             self.commit()?;
-            let cut = || -> Result<()> {
-                faultpoint::fault_point!("engine.truncate-size-durable");
-                if let Some(c) = &self.caching {
-                    c.cache.truncate(inode.object, size).map_err(io_error)?;
-                }
-                Ok(self.volume.truncate(inode.object, &layout, size)?)
-            };
-            if let Err(e) = cut() {
-                // The size is durable; what is past it goes at the next mount's sweep.
-                self.needs_sweep.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
+            self.pending_cuts.lock().insert(ino);
+            faultpoint::fault_point!("engine.truncate-size-durable");
+            self.finish_cut(&now, &layout)?;
         }
         Ok(now)
+    }
+
+    /// Cuts the cache and the objects of a file whose cut is pending down to its size.
+    fn finish_cut(&self, inode: &Inode, layout: &Layout) -> Result<()> {
+        if !self.pending_cuts.lock().contains(&inode.ino) {
+            return Ok(());
+        }
+        if let Some(c) = &self.caching {
+            c.cache
+                .truncate(inode.object, inode.size)
+                .map_err(io_error)?;
+        }
+        self.volume.truncate(inode.object, layout, inode.size)?;
+        self.pending_cuts.lock().remove(&inode.ino);
+        Ok(())
     }
 
     /// EFBIG for a file end that some object of `layout` could not reach on its device.
@@ -688,6 +708,9 @@ impl Engine {
         let _shared = lock.read();
         let (inode, layout) = self.file(ino)?;
         self.check_size(&layout, end)?;
+        if end > inode.size {
+            self.finish_cut(&inode, &layout)?;
+        }
         self.drop_setid(&inode, caller)?;
         // Punching past the end of file changes nothing.
         let end_in_file = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
@@ -722,6 +745,12 @@ impl Engine {
         }
         faultpoint::fault_point!("engine.fsync-data-synced");
         self.commit()
+    }
+
+    /// `fsync`, on the janitor (a completion must not block), then `done`.
+    pub fn fsync_then(self: &Arc<Self>, ino: u64, done: impl FnOnce(Result<()>) + Send + 'static) {
+        let me = self.clone();
+        self.janitor.run(move || done(me.fsync(ino)));
     }
 
     /// Makes the namespace durable, then deletes objects whose inodes are durably gone.
@@ -764,7 +793,7 @@ impl Engine {
         };
         let synced = self.sync_all();
         cached.and(synced)?;
-        if self.needs_sweep.load(Ordering::Relaxed) {
+        if !self.pending_cuts.lock().is_empty() {
             log::warn!("a truncate could not cut its objects: the next mount trims them");
             return Ok(());
         }

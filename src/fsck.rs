@@ -1,7 +1,7 @@
 //! Offline check of a volume: the namespace against itself and against the object files.
 
 use crate::engine::namespace_path;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::namespace::{Inode, Kind, Namespace, ROOT};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -33,10 +33,28 @@ impl Report {
 }
 
 /// Checks (and with `repair`, mends) the volume a config describes. The volume must not be
-/// mounted: its device locks are taken for the duration.
+/// mounted: its device locks are taken for the duration. An error means the volume could not
+/// be checked (a device or the namespace store cannot be opened, or is damaged past reading).
+/// Without `repair` nothing on the volume is written.
 pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
     let volume = Volume::open(&config.volume.devices)?;
-    let ns = Namespace::open(&namespace_path(config))?;
+    let ns_path = namespace_path(config);
+    // Either way every checksum of the store is verified first; without --repair its writes
+    // (a recovery after a crash) stay in memory.
+    let ns = if repair {
+        Namespace::open(&ns_path)?
+    } else {
+        Namespace::open_detached(&ns_path)?
+    };
+    if ns.uuid() != volume.uuid() {
+        return Err(Error::Usage(format!(
+            "namespace store {} belongs to volume {}, but the devices are volume {}: \
+             it is another volume's (check volume.meta)",
+            ns_path.display(),
+            ns.uuid(),
+            volume.uuid()
+        )));
+    }
     let mut report = Report::default();
     // Repairs can expose more (an unreachable directory's children), so go until stable.
     for _ in 0..16 {
@@ -45,6 +63,7 @@ pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
             break;
         }
     }
+    check_cache(config, &ns, &mut report)?;
     if repair {
         for object in ns.sync()? {
             let _ = volume.remove(object);
@@ -52,6 +71,76 @@ pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
         volume.sync_all()?;
     }
     Ok(report)
+}
+
+/// The cache file, if the config has one: every record's checksum, and the files whose
+/// unwritten data a damaged record may have held (left for the user: mount refuses such a
+/// cache until `--cache-reset --discard-dirty` gives that data up).
+fn check_cache(config: &mountcfg::Config, ns: &Namespace, report: &mut Report) -> Result<()> {
+    let Some(mountcfg::CacheStore::File(store)) = config.cache.as_ref().map(|c| &c.store) else {
+        return Ok(());
+    };
+    let Some(path) = cache::cache_file(&cache::StoreKind::File(store.clone())) else {
+        return Ok(());
+    };
+    let binding = ns.cache_binding()?;
+    if !path.exists() {
+        if binding.dirty {
+            report.problems.push(Problem {
+                kind: "cache-missing",
+                detail: format!(
+                    "cache file {} is missing, and the volume records that it holds data not \
+                     yet on the devices",
+                    path.display()
+                ),
+                repaired: false,
+            });
+        }
+        return Ok(());
+    }
+    let found = cache::inspect(&path)
+        .map_err(|e| Error::Usage(format!("cache file {}: {e}", path.display())))?;
+    if let Some(why) = found.unreadable {
+        report.problems.push(Problem {
+            kind: "cache-unreadable",
+            detail: format!("cache file {}: {why}", path.display()),
+            repaired: false,
+        });
+    }
+    let (inodes, entries) = ns.snapshot();
+    let owner: HashMap<u64, &Inode> = inodes
+        .iter()
+        .filter(|i| i.kind == Kind::File)
+        .map(|i| (i.object, i))
+        .collect();
+    let named: HashMap<u64, (u64, &[u8])> = entries
+        .iter()
+        .map(|(parent, name, ino)| (*ino, (*parent, name.as_slice())))
+        .collect();
+    for (slot, object, line) in found.damaged {
+        let file = match owner.get(&object) {
+            Some(i) => match named.get(&i.ino) {
+                Some((dir, name)) => format!(
+                    "file {}/{} (inode {})",
+                    crate::caching::path_of(ns, *dir).trim_end_matches('/'),
+                    String::from_utf8_lossy(name),
+                    i.ino
+                ),
+                None => format!("inode {} (unlinked)", i.ino),
+            },
+            None => "no file the namespace knows (the claim itself may be damaged)".into(),
+        };
+        report.problems.push(Problem {
+            kind: "cache-damaged-record",
+            detail: format!(
+                "cache file {}: the record of slot {slot} fails its checksum; it claims line \
+                 {line} of object {object}: {file}, whose unwritten data there may be lost",
+                path.display()
+            ),
+            repaired: false,
+        });
+    }
+    Ok(())
 }
 
 fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> Result<usize> {

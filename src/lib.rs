@@ -13,5 +13,7 @@ pub mod fs;
 pub mod fsck;
 pub mod janitor;
 pub mod namespace;
+mod overlay;
+pub mod panics;
 pub mod rescue;
 pub mod xattr;

@@ -20,7 +20,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 use stripe::Layout;
 use uuid::Uuid;
@@ -348,6 +348,25 @@ impl State {
     }
 
     /// True if `ancestor` is `dir` or one of its ancestors.
+    /// The layout the nearest ancestor directory (from `dir` up) sets, else `default`.
+    fn inherited_layout(&self, dir: u64, default: Layout) -> Layout {
+        let mut at = dir;
+        loop {
+            match self.inodes.get(&at) {
+                Some(d) => {
+                    if let Some(l) = d.layout {
+                        return l;
+                    }
+                    if d.parent == at {
+                        return default;
+                    }
+                    at = d.parent;
+                }
+                None => return default,
+            }
+        }
+    }
+
     fn is_ancestor(&self, ancestor: u64, mut dir: u64) -> bool {
         loop {
             if dir == ancestor {
@@ -396,13 +415,143 @@ fn encode(inode: &Inode) -> Vec<u8> {
 }
 
 fn decode(bytes: &[u8]) -> Result<Inode> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+    // A damaged record must not make bincode allocate what its length fields claim.
+    let config = bincode::config::standard().with_limit::<{ 1 << 20 }>();
+    bincode::serde::decode_from_slice(bytes, config)
         .map(|(i, _)| i)
         .map_err(|e| Error::Store(format!("damaged inode record: {e}")))
 }
 
+fn open_error(path: &Path, e: redb::DatabaseError) -> Error {
+    match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
+            "namespace store {} is in use by another stripefs mount",
+            path.display()
+        )),
+        e => Error::Store(e.to_string()),
+    }
+}
+
+/// Runs `f` on the store at `path`: a panic inside (redb on a damaged page) becomes an error,
+/// and every store error names the file.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    guarded_as("read", path, f)
+}
+
+/// `guarded`, for `doing` (read or written) in the messages.
+fn guarded_as<T>(doing: &str, path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match crate::panics::catch(f) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(Error::Store(msg))) => Err(Error::Store(format!(
+            "{}: cannot be {doing}: {msg}",
+            path.display()
+        ))),
+        Ok(Err(e)) => Err(e),
+        Err(panic) => Err(Error::Store(format!(
+            "{} is damaged: the store gave up as it was {doing} ({panic}); restore it from a \
+             backup",
+            path.display()
+        ))),
+    }
+}
+
+/// The first bytes of every redb file.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// The store at `path` over an overlay (its writes stay in memory), recovered if it was not
+/// closed cleanly, with every checksum verified: redb checks them only when repairing, so a
+/// damaged page would otherwise read as data.
+fn verified(path: &Path) -> Result<Database> {
+    let overlay = crate::overlay::Overlay::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Usage(format!(
+            "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
+            path.display()
+        )),
+        _ => Error::Store(e.to_string()),
+    })?;
+    // Without the magic number redb would make a new store (in the overlay) and find it sound.
+    let mut magic = [0u8; REDB_MAGIC.len()];
+    let has_magic = std::fs::File::open(path)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0))
+        .is_ok();
+    if !has_magic || magic != REDB_MAGIC {
+        return Err(Error::Store(
+            "not a redb store (its first bytes are not redb's magic number)".into(),
+        ));
+    }
+    let mut db = redb::Builder::new()
+        .create_with_backend(overlay)
+        .map_err(|e| open_error(path, e))?;
+    match db.check_integrity() {
+        Ok(true) => Ok(db),
+        Ok(false) => Err(Error::Store(
+            "damaged: its checksums do not match its contents".into(),
+        )),
+        Err(e) => Err(Error::Store(format!(
+            "damaged: the check of its checksums failed ({e})"
+        ))),
+    }
+}
+
+/// Reads the whole tree of a store.
+fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
+    let mut st = State::default();
+    let tx = db.begin_read()?;
+    let meta = tx.open_table(META)?;
+    let raw = meta
+        .get("uuid")?
+        .ok_or_else(|| Error::Store("no volume uuid in the namespace".into()))?;
+    let uuid =
+        Uuid::from_slice(raw.value()).map_err(|e| Error::Store(format!("bad volume uuid: {e}")))?;
+    let next = meta
+        .get("next_ino")?
+        .ok_or_else(|| Error::Store("no inode counter in the namespace".into()))?;
+    let next: [u8; 8] = next
+        .value()
+        .try_into()
+        .map_err(|_| Error::Store("bad inode counter in the namespace".into()))?;
+    st.next_ino = u64::from_le_bytes(next);
+    for row in tx.open_table(INODES)?.iter()? {
+        let (k, v) = row?;
+        let inode = decode(v.value()).map_err(|e| match e {
+            Error::Store(msg) => Error::Store(format!("inode {}: {msg}", k.value())),
+            e => e,
+        })?;
+        st.inodes.insert(k.value(), inode);
+    }
+    for row in tx.open_table(DIRENTS)?.iter()? {
+        let (k, v) = row?;
+        let (parent, name) = k.value();
+        st.children
+            .entry(parent)
+            .or_default()
+            .insert(name.to_vec(), v.value());
+    }
+    for row in tx.open_table(XATTRS)?.iter()? {
+        let (k, v) = row?;
+        let (ino, name) = k.value();
+        if name.starts_with(INTERNAL) {
+            st.internal
+                .entry(ino)
+                .or_default()
+                .insert(name.to_vec(), v.value().to_vec());
+        } else {
+            *st.xattr_bytes.entry(ino).or_default() += name.len() + v.value().len();
+            if acl_bit(name) != 0 {
+                *st.acls.entry(ino).or_default() |= acl_bit(name);
+            }
+        }
+    }
+    if !st.inodes.contains_key(&ROOT) {
+        return Err(Error::Store("the namespace has no root directory".into()));
+    }
+    Ok((uuid, st))
+}
+
 pub struct Namespace {
     db: Database,
+    /// The store's file, for messages.
+    path: PathBuf,
     uuid: Uuid,
     state: RwLock<State>,
     policy: RwLock<Policy>,
@@ -473,74 +622,40 @@ impl Namespace {
         Ok(())
     }
 
-    /// Opens the namespace of volume `uuid` and loads it into memory.
+    /// Opens a volume's namespace store and loads it into memory. A damaged store is an error
+    /// naming the file, never a panic, and is left as it was: it is recovered (after a crash),
+    /// checked (every checksum) and loaded over an in-memory overlay first, and opened for
+    /// writing only once that went well.
     pub fn open(path: &Path) -> Result<Namespace> {
-        if !path.exists() {
-            return Err(Error::Usage(format!(
-                "namespace store {} is missing; was `stripefs mkfs` run, and is volume.meta right?",
-                path.display()
-            )));
-        }
-        let db = Database::builder()
-            .set_cache_size(STORE_CACHE)
-            .open(path)
-            .map_err(|e| match e {
-                redb::DatabaseError::DatabaseAlreadyOpen => Error::Usage(format!(
-                    "namespace store {} is in use by another stripefs mount",
-                    path.display()
-                )),
-                e => Error::Store(format!("{}: {e}", path.display())),
-            })?;
-        let mut st = State::default();
-        let uuid;
-        {
-            let tx = db.begin_read()?;
-            let meta = tx.open_table(META)?;
-            let raw = meta
-                .get("uuid")?
-                .ok_or_else(|| Error::Store("no volume uuid in the namespace".into()))?;
-            uuid = Uuid::from_slice(raw.value())
-                .map_err(|e| Error::Store(format!("bad volume uuid: {e}")))?;
-            let next = meta
-                .get("next_ino")?
-                .ok_or_else(|| Error::Store("no inode counter in the namespace".into()))?;
-            st.next_ino = u64::from_le_bytes(next.value().try_into().unwrap_or([0; 8]));
-            for row in tx.open_table(INODES)?.iter()? {
-                let (k, v) = row?;
-                st.inodes.insert(k.value(), decode(v.value())?);
-            }
-            for row in tx.open_table(DIRENTS)?.iter()? {
-                let (k, v) = row?;
-                let (parent, name) = k.value();
-                st.children
-                    .entry(parent)
-                    .or_default()
-                    .insert(name.to_vec(), v.value());
-            }
-            for row in tx.open_table(XATTRS)?.iter()? {
-                let (k, v) = row?;
-                let (ino, name) = k.value();
-                if name.starts_with(INTERNAL) {
-                    st.internal
-                        .entry(ino)
-                        .or_default()
-                        .insert(name.to_vec(), v.value().to_vec());
-                } else {
-                    *st.xattr_bytes.entry(ino).or_default() += name.len() + v.value().len();
-                    if acl_bit(name) != 0 {
-                        *st.acls.entry(ino).or_default() |= acl_bit(name);
-                    }
-                }
-            }
-        }
-        if !st.inodes.contains_key(&ROOT) {
-            return Err(Error::Store("the namespace has no root directory".into()));
-        }
+        let (uuid, st) = guarded(path, || load(&verified(path)?))?;
+        let db = guarded(path, || {
+            Database::builder()
+                .set_cache_size(STORE_CACHE)
+                .open(path)
+                .map_err(|e| open_error(path, e))
+        })?;
         Ok(Namespace {
             db,
+            path: path.to_path_buf(),
             uuid,
             state: RwLock::new(st),
             policy: RwLock::new(Policy::default()),
+        })
+    }
+
+    /// The store at `path`, checked and loaded as `open` does, with every write kept in memory:
+    /// the file is never written (fsck without --repair).
+    pub fn open_detached(path: &Path) -> Result<Namespace> {
+        guarded(path, || {
+            let db = verified(path)?;
+            let (uuid, st) = load(&db)?;
+            Ok(Namespace {
+                db,
+                path: path.to_path_buf(),
+                uuid,
+                state: RwLock::new(st),
+                policy: RwLock::new(Policy::default()),
+            })
         })
     }
 
@@ -554,10 +669,12 @@ impl Namespace {
 
     /// Whether the last mount ended with `mark_clean` (false after a crash).
     pub fn was_clean(&self) -> Result<bool> {
-        let tx = self.db.begin_read()?;
-        let meta = tx.open_table(META)?;
-        // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
-        Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
+        guarded(&self.path, || {
+            let tx = self.db.begin_read()?;
+            let meta = tx.open_table(META)?;
+            // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
+            Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
+        })
     }
 
     /// Records durably whether the volume is cleanly stopped (mount sets false, unmount true).
@@ -583,9 +700,12 @@ impl Namespace {
 
     fn set_meta_durably(&self, key: &str, value: &[u8]) -> Result<()> {
         let mut st = self.state.write();
-        let tx = self.db.begin_write()?;
-        tx.open_table(META)?.insert(key, value)?;
-        tx.commit()?;
+        guarded_as("written", &self.path, || {
+            let tx = self.db.begin_write()?;
+            tx.open_table(META)?.insert(key, value)?;
+            tx.commit()?;
+            Ok(())
+        })?;
         st.changed_since_sync = true;
         // The objects this makes safe to delete wait for the next `sync`, whose caller
         // deletes them.
@@ -619,19 +739,11 @@ impl Namespace {
         })
     }
 
-    /// Runs one operation against the tree and writes what it changed in one transaction.
+    /// Runs one operation against the tree and writes what it changed in one transaction
+    /// (durable at once under `sync`/`dirsync`, else at the next `sync`).
     /// `f` must check everything before it changes anything: an error leaves memory as it was.
     fn mutate<T>(&self, f: impl FnOnce(&mut State, &mut Changes) -> Result<T>) -> Result<T> {
-        let mut st = self.state.write();
-        let mut ch = Changes::default();
-        let out = f(&mut st, &mut ch)?;
-        if self.policy.read().durable_changes {
-            self.persist(&mut st, ch, Durability::None)?;
-            self.make_durable(&mut st)?;
-        } else {
-            self.persist(&mut st, ch, Durability::None)?;
-        }
-        Ok(out)
+        self.mutate_tx(|st, ch, _| f(st, ch))
     }
 
     /// `mutate` for operations that read the store too (xattr values): `f` reads through the
@@ -641,24 +753,34 @@ impl Namespace {
         f: impl FnOnce(&mut State, &mut Changes, &WriteTransaction) -> Result<T>,
     ) -> Result<T> {
         let mut st = self.state.write();
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(Durability::None)?;
-        let mut ch = Changes::default();
-        let out = match f(&mut st, &mut ch, &tx) {
-            Ok(out) => out,
-            Err(e) => {
-                tx.abort()?;
-                return Err(e);
-            }
-        };
-        self.persist_in(&mut st, ch, tx)?;
+        // A damaged page met by the write is an error for this call, not a panic of the daemon.
+        let out = guarded_as("written", &self.path, || {
+            let mut tx = self.db.begin_write()?;
+            tx.set_durability(Durability::None)?;
+            let mut ch = Changes::default();
+            let out = match f(&mut st, &mut ch, &tx) {
+                Ok(out) => out,
+                Err(e) => {
+                    tx.abort()?;
+                    return Err(e);
+                }
+            };
+            self.persist_in(&mut st, ch, tx)?;
+            Ok(out)
+        })?;
+        if self.policy.read().durable_changes {
+            self.make_durable(&mut st)?;
+        }
         Ok(out)
     }
 
     fn persist(&self, st: &mut State, ch: Changes, durability: Durability) -> Result<()> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(durability)?;
-        self.persist_in(st, ch, tx)
+        // A damaged page met by the write is an error for this call, not a panic of the daemon.
+        guarded_as("written", &self.path, || {
+            let mut tx = self.db.begin_write()?;
+            tx.set_durability(durability)?;
+            self.persist_in(st, ch, tx)
+        })
     }
 
     fn persist_in(&self, st: &mut State, mut ch: Changes, tx: WriteTransaction) -> Result<()> {
@@ -731,35 +853,23 @@ impl Namespace {
 
     /// The layout new files under `dir` get: the nearest ancestor's, else `default`.
     pub fn inherited_layout(&self, dir: u64, default: Layout) -> Layout {
-        let st = self.state.read();
-        let mut at = dir;
-        loop {
-            match st.inodes.get(&at) {
-                Some(d) => {
-                    if let Some(l) = d.layout {
-                        return l;
-                    }
-                    if d.parent == at {
-                        return default;
-                    }
-                    at = d.parent;
-                }
-                None => return default,
-            }
-        }
+        self.state.read().inherited_layout(dir, default)
     }
 
-    /// Creates a node. `file_layout` is used for regular files (first device chosen here).
+    /// Creates a node. A regular file gets the layout its directory gives (looked up under
+    /// the same lock as the creation, so a layout set on the directory before is never
+    /// missed), else `default_layout`; its first device is chosen here.
     pub fn create(
         &self,
         parent: u64,
         name: &[u8],
         node: NewNode,
-        file_layout: Layout,
+        default_layout: Layout,
         device_count: u32,
     ) -> Result<Inode> {
         check_name(name)?;
         self.mutate_tx(|st, ch, tx| {
+            let file_layout = st.inherited_layout(parent, default_layout);
             let p = st.dir(parent)?;
             if p.nlink == 0 {
                 return errno(libc::ENOENT);

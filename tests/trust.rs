@@ -64,8 +64,18 @@ fn a_truncate_then_a_crash_shows_the_old_or_the_new_file_never_a_mix() {
             .unwrap()
             .set_len(cut)
             .unwrap();
+        // Acknowledged by fsync, the other file's cut is the only state allowed.
+        write_synced(&v, "g", &data);
+        let g = OpenOptions::new().write(true).open(v.path("g")).unwrap();
+        g.set_len(cut).unwrap();
+        g.sync_all().unwrap();
         v.crash();
         v.mount();
+        assert_eq!(
+            fs::read(v.path("g")).unwrap(),
+            data[..cut as usize],
+            "cached={cached}: an fsync'd truncate"
+        );
         let now = fs::read(v.path("f")).unwrap();
         match now.len() as u64 {
             n if n == cut => assert_eq!(now, data[..cut as usize], "cached={cached}: new size"),
@@ -237,6 +247,14 @@ fn a_damaged_cache_record_refuses_the_mount() {
     assert!(msg.contains("damaged") && msg.contains("slot"), "{msg}");
     let msg = mount_refused(&mut v, &["--cache-reset"]);
     assert!(msg.contains("--discard-dirty"), "{msg}");
+    // fsck names the file whose unwritten data the damaged records held, and leaves it.
+    let out = stripefs(&["fsck", v.cfg()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(
+        said.contains("cache-damaged-record") && said.contains("/f "),
+        "{said}"
+    );
 }
 
 #[test]
@@ -267,4 +285,32 @@ fn a_ram_cache_that_cannot_write_back_keeps_its_data_and_umount_says_so() {
     assert_eq!(fs::read(v.path("f")).unwrap(), data, "on the devices");
     v.umount();
     v.assert_fsck_clean("after the rescue");
+}
+
+/// O_DSYNC (and O_SYNC) writes are durable when they return, direct I/O included (the
+/// kernel asks for no fsync after a direct write): a crash right after keeps them.
+#[test]
+fn an_o_dsync_write_is_durable_when_it_returns() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut v = TestVolume::new(2, "16K", "");
+    let base = fs::read_to_string(&v.config).unwrap();
+    let ram = "[cache]\nstore = \"ram\"\nsize = \"4M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n";
+    set_config(&v, &base, ram);
+    v.mount();
+    let data = Rng::new(21).bytes(8192);
+    let f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(v.path("f"))
+        .unwrap();
+    let mut aligned = vec![0u8; 8192 + 4096];
+    let at = aligned.as_ptr().align_offset(4096);
+    aligned[at..at + 8192].copy_from_slice(&data);
+    f.write_all_at(&aligned[at..at + 8192], 0).unwrap();
+    drop(f);
+    v.crash();
+    v.mount();
+    assert_eq!(fs::read(v.path("f")).unwrap(), data);
+    v.umount();
 }

@@ -231,3 +231,52 @@ pub fn cache_file(store: &StoreKind) -> Option<PathBuf> {
         StoreKind::File(p) => Some(p.clone()),
     }
 }
+
+/// What a cache file holds, read without changing it (for fsck).
+#[derive(Debug, Default)]
+pub struct Inspection {
+    /// Why the file cannot be read as a cache at all (not a cache, damaged header, truncated).
+    pub unreadable: Option<String>,
+    pub dirty_lines: usize,
+    /// Records that fail their checksum: (slot, the object and line they claim).
+    pub damaged: Vec<(u32, u64, u64)>,
+}
+
+/// Reads the cache file at `path` and checks every checksum.
+pub fn inspect(path: &Path) -> std::io::Result<Inspection> {
+    let mut found = Inspection::default();
+    let header = match Store::open_existing(path, 0, 0)?.read_header() {
+        Ok(h) => h,
+        Err(HeaderError::Io(e)) => return Err(e),
+        Err(HeaderError::NotCache) => {
+            found.unreadable = Some("not a stripefs cache file".into());
+            return Ok(found);
+        }
+        Err(HeaderError::Format1 { .. }) => {
+            found.unreadable = Some("format 1 (an older stripefs): no checksums to check".into());
+            return Ok(found);
+        }
+        Err(HeaderError::Damaged) => {
+            found.unreadable = Some("its header fails its checksum".into());
+            return Ok(found);
+        }
+    };
+    let store = match Store::open_existing(path, header.line_size, header.slots) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            found.unreadable = Some(e.to_string());
+            return Ok(found);
+        }
+        Err(e) => return Err(e),
+    };
+    for (slot, r) in store.read_records()?.into_iter().enumerate() {
+        match r {
+            Ok(r) if r.object != EMPTY && r.dirty != 0 => found.dirty_lines += 1,
+            Ok(_) => {}
+            Err(claimed) => found
+                .damaged
+                .push((slot as u32, claimed.object, claimed.line)),
+        }
+    }
+    Ok(found)
+}

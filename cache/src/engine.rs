@@ -337,24 +337,37 @@ impl Cache {
         {
             let mut g = self.inner.lock();
             for (o, l, s) in found {
-                let keep_to = size_of(o).unwrap_or(0).div_ceil(SECTOR) * SECTOR;
+                let size = size_of(o).unwrap_or(0);
+                let keep_to = size.div_ceil(SECTOR) * SECTOR;
                 let start = l * self.line;
                 if keep_to <= start {
-                    if g.slots[s as usize].disk_dirty {
-                        self.write_empty_record(s)?;
-                        g.slots[s as usize].disk_dirty = false;
-                    }
                     g.detach(s);
+                    if g.slots[s as usize].disk_dirty {
+                        self.record_locked(&mut g, s)?;
+                    }
                     g.free.push(s);
-                } else if keep_to < start + self.line {
+                    continue;
+                }
+                if keep_to < start + self.line {
                     let cut = !mask(0, (keep_to - start) / SECTOR);
                     let dirty = g.slots[s as usize].dirty & !cut;
                     g.slots[s as usize].valid &= !cut;
                     // Through set_dirty: a line left clean moves to its clean list.
                     g.set_dirty(s, dirty, Instant::now());
                 }
+                // The sector holding the end of file: what lies past the end reads as zeros
+                // (it was written before a shrink that the crash cut short).
+                let tail = size % SECTOR;
+                let eof_sector = (size / SECTOR).checked_sub(start / SECTOR);
+                if let (true, Some(k)) = (tail != 0, eof_sector) {
+                    if k < self.line / SECTOR && g.slots[s as usize].valid & (1 << k) != 0 {
+                        let zeros = vec![0u8; (SECTOR - tail) as usize];
+                        self.store.write(s, size - start, &zeros)?;
+                    }
+                }
             }
         }
+        self.store.sync()?;
         // Every dirty line is tried; one that cannot be written back (its device failed)
         // stays dirty in the cache, durable, for the cleaner to retry: the volume mounts.
         let dirty: Vec<(u64, u64)> = {
@@ -869,18 +882,22 @@ impl Cache {
             .map(|p| (p.touched & p.valid).count_ones())
             .sum();
         let result = self.write_parts(object, offset, data, &mut parts, mode, cutoff, &mut c);
-        let (recorded, record_failed) = self.record_write(object, &parts);
-        let result = match record_failed {
-            Some(e) if result.is_ok() => {
-                c.cache_errors += 1;
-                Err(e)
-            }
-            _ => result,
+        // A cache file's records follow the write (below, under the lock): a line left dirty
+        // gets its record, so a crash of the daemon finds every write the namespace may show
+        // (the store is synced by fsync and commits); a line the write invalidated whose
+        // record said dirty gets an empty one, synced before the write completes, so recovery
+        // cannot write its old data back over what the core got since.
+        let mut record_failed = if self.store.persistent()
+            && parts
+                .iter()
+                .any(|p| p.slot.is_some() && p.valid != 0 && p.dirty != 0)
+        {
+            self.declare_dirty().err()
+        } else {
+            None
         };
+        let mut wiped = false;
         let mut g = self.inner.lock();
-        for (s, dirty) in recorded {
-            g.slots[s as usize].disk_dirty = dirty;
-        }
         if mode == Mode::Pt || cutoff {
             c.pass_through_writes += 1;
         } else if had == need {
@@ -896,12 +913,25 @@ impl Cache {
             if p.valid == 0 {
                 g.set_dirty(s, 0, now);
                 g.detach(s);
+                if g.slots[s as usize].disk_dirty && record_failed.is_none() {
+                    record_failed = faultpoint::check("cache.record-wipe");
+                    if record_failed.is_none() {
+                        record_failed = self.record_locked(&mut g, s).err();
+                        wiped = true;
+                    }
+                }
                 g.free.push(s);
                 continue;
             }
             g.slots[s as usize].valid = p.valid;
             g.set_dirty(s, p.dirty, now);
             g.touch(s, class);
+            if p.dirty != 0 && record_failed.is_none() {
+                record_failed = self.record_locked(&mut g, s).err();
+            }
+        }
+        if record_failed.is_some() {
+            c.cache_errors += 1;
         }
         g.class_mut(class).counters.add(&c);
         self.release(&mut g, &parts);
@@ -909,6 +939,13 @@ impl Cache {
             self.wake.notify_one();
         }
         drop(g);
+        if wiped && record_failed.is_none() {
+            record_failed = self.store.sync().err();
+        }
+        let result = match record_failed {
+            Some(e) if result.is_ok() => Err(e),
+            _ => result,
+        };
         if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
             // The cache device failed under this write: once more, pass-through.
             self.mark_failed();
@@ -1009,59 +1046,6 @@ impl Cache {
             self.core_write(object, offset, data, c)?;
         }
         Ok(())
-    }
-
-    /// A cache file's records follow each write while its lines are still busy: a line left
-    /// dirty gets its record (not synced: fsync and commits sync the store), so a crash of the
-    /// daemon finds every write the namespace may already show; a line the write invalidated
-    /// whose record said dirty gets an empty record, synced, before the write completes, so
-    /// recovery cannot write its old data back over what the core got since. Returns the
-    /// slots written with whether their record now says dirty, and the error that stopped one
-    /// (the write then fails).
-    fn record_write(&self, object: u64, parts: &[Part]) -> (Vec<(u32, bool)>, Option<io::Error>) {
-        if !self.store.persistent() {
-            return (Vec::new(), None);
-        }
-        let dirty: Vec<&Part> = parts
-            .iter()
-            .filter(|p| p.slot.is_some() && p.valid != 0 && p.dirty != 0)
-            .collect();
-        let doomed: Vec<u32> = if parts.iter().any(|p| p.slot.is_some() && p.valid == 0) {
-            let g = self.inner.lock();
-            parts
-                .iter()
-                .filter_map(|p| p.slot.filter(|_| p.valid == 0))
-                .filter(|&s| g.slots[s as usize].disk_dirty)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let mut done = Vec::with_capacity(dirty.len() + doomed.len());
-        if !dirty.is_empty() {
-            if let Err(e) = self.declare_dirty() {
-                return (done, Some(e));
-            }
-        }
-        for p in dirty {
-            let s = p.slot.expect("filtered");
-            let r = Record {
-                object,
-                line: p.line,
-                valid: p.valid,
-                dirty: p.dirty,
-            };
-            if let Err(e) = self.store.write_record(s, &r) {
-                return (done, Some(e));
-            }
-            done.push((s, true));
-        }
-        for s in doomed {
-            if let Err(e) = self.write_empty_record(s) {
-                return (done, Some(e));
-            }
-            done.push((s, false));
-        }
-        (done, None)
     }
 
     // ----- cleaning, flushing, durability -----
@@ -1171,28 +1155,35 @@ impl Cache {
 
     /// Writes the records of `slots` and syncs the store.
     fn persist(&self, slots: &[u32]) -> io::Result<()> {
-        let records: Vec<(u32, Record)> = {
-            let g = self.inner.lock();
-            slots.iter().map(|&s| (s, g.record(s))).collect()
-        };
-        if records.iter().any(|(_, r)| r.dirty != 0) {
-            self.declare_dirty()?;
-        }
-        faultpoint::fault_point!("cache.records-before-write");
-        for (s, r) in &records {
-            self.store.write_record(*s, r)?;
+        loop {
+            let mut g = self.inner.lock();
+            let dirty = slots.iter().any(|&s| g.slots[s as usize].dirty != 0);
+            if dirty && !*self.dirty_declared.lock() {
+                // Declared with no lock held (it makes the owner's store durable).
+                drop(g);
+                self.declare_dirty()?;
+                continue;
+            }
+            faultpoint::fault_point!("cache.records-before-write");
+            for &s in slots {
+                self.record_locked(&mut g, s)?;
+            }
+            break;
         }
         faultpoint::fault_point!("cache.records-before-sync");
-        self.store.sync()?;
-        let mut g = self.inner.lock();
-        for (s, r) in records {
-            // Unless it changed meanwhile, the durable record is what we wrote.
-            if g.record(s) == r {
-                g.slots[s as usize].disk_dirty = r.dirty != 0;
-            } else {
-                g.slots[s as usize].disk_dirty |= r.dirty != 0;
-            }
+        self.store.sync()
+    }
+
+    /// Writes slot `s`'s record as memory has it now. Every record is written this way, under
+    /// the lock: records reach the file in the order their states were made, so an older
+    /// state (another file's line, since evicted and reused) never lands on a newer one.
+    fn record_locked(&self, g: &mut Inner, s: u32) -> io::Result<()> {
+        if !self.store.persistent() {
+            return Ok(());
         }
+        let r = g.record(s);
+        self.store.write_record(s, &r)?;
+        g.slots[s as usize].disk_dirty = r.dirty != 0;
         Ok(())
     }
 
@@ -1336,6 +1327,7 @@ impl Cache {
                 .map(|l| l.range(size / self.line..).copied().collect())
                 .unwrap_or_default()
         };
+        let mut wiped = false;
         for line in lines {
             let mut parts = vec![Part {
                 line,
@@ -1375,17 +1367,24 @@ impl Cache {
             g.set_dirty(s, dirty, Instant::now());
             let emptied = g.slots[s as usize].valid == 0;
             if emptied {
-                // Wiped durably now, so a crash cannot bring the dropped data back.
-                if disk_dirty && r.is_ok() {
-                    r = self.write_empty_record(s);
-                    g.slots[s as usize].disk_dirty = r.is_err();
-                }
                 g.detach(s);
+                // Wiped (durably before truncate returns), so a crash cannot bring the
+                // dropped data back.
+                if disk_dirty && r.is_ok() {
+                    r = match faultpoint::check("cache.record-wipe") {
+                        Some(e) => Err(e),
+                        None => self.record_locked(&mut g, s),
+                    };
+                    wiped = true;
+                }
                 g.free.push(s);
             }
             self.release(&mut g, &parts);
             drop(g);
             r?;
+        }
+        if wiped {
+            self.store.sync()?;
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ mod mode;
 mod stats;
 mod store;
 
-pub use attach::cache_file;
+pub use attach::{cache_file, inspect, Inspection};
 pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, StoreKind};
 pub use mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};

@@ -19,6 +19,7 @@ pub const POINTS: &[&str] = &[
     "engine.truncate-size-durable",
     "engine.commit-before-deletes",
     "engine.migrate-copied",
+    "fs.create",
     "volume.sync",
     "cache.declare-dirty",
     "cache.records-before-write",
@@ -61,6 +62,20 @@ pub fn arm(name: &str, actions: &str) -> Result<(), String> {
         ));
     }
     fail::cfg(name, actions)
+}
+
+/// A fault point where the caller cannot return at once: the error an armed point gives
+/// (a crash does not come back), else `None`.
+pub fn check(name: &str) -> Option<std::io::Error> {
+    #[cfg(feature = "failpoints")]
+    {
+        fail::eval(name, |arg| injected(name, arg))
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        None
+    }
 }
 
 /// A fault point in a function that returns `Result<_, E>` with `E: From<std::io::Error>`.

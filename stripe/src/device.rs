@@ -61,12 +61,12 @@ fn io_err(index: usize, path: &Path, source: std::io::Error) -> StripeError {
 
 fn read_superblock(path: &Path) -> std::result::Result<Option<Superblock>, String> {
     let file = path.join(META_DIR).join(SUPERBLOCK);
-    let text = match fs::read_to_string(&file) {
-        Ok(t) => t,
+    let bytes = match fs::read(&file) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
-    let sb: Superblock = serde_json::from_str(&text)
+    let sb: Superblock = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{}: damaged superblock ({e})", file.display()))?;
     if sb.magic != MAGIC {
         return Err(format!("{}: not a stripefs superblock", file.display()));
@@ -196,6 +196,53 @@ fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }
 
+/// Every device must carry the same volume uuid. When most do, the others are named as not
+/// belonging; when no uuid has a majority, nothing says which is right, so all are listed.
+fn check_same_volume(paths: &[PathBuf], found: &[Superblock]) -> Result<()> {
+    let count = |u: &Uuid| found.iter().filter(|s| &s.volume_uuid == u).count();
+    if count(&found[0].volume_uuid) == found.len() {
+        return Ok(());
+    }
+    let claim = |path: &PathBuf, sb: &Superblock| {
+        format!(
+            "device {} belongs to volume {} (its superblock {})",
+            path.display(),
+            sb.volume_uuid,
+            path.join(META_DIR).join(SUPERBLOCK).display()
+        )
+    };
+    let majority = found
+        .iter()
+        .map(|s| s.volume_uuid)
+        .find(|u| count(u) * 2 > found.len());
+    Err(StripeError::Devices(match majority {
+        Some(volume) => {
+            let odd: Vec<String> = paths
+                .iter()
+                .zip(found)
+                .filter(|(_, sb)| sb.volume_uuid != volume)
+                .map(|(p, sb)| claim(p, sb))
+                .collect();
+            format!(
+                "{}, but the other devices belong to volume {volume}: the devices are from \
+                 different volumes (a device of another volume, or an edited superblock)",
+                odd.join("; ")
+            )
+        }
+        None => {
+            let all: Vec<String> = paths
+                .iter()
+                .zip(found)
+                .map(|(p, sb)| claim(p, sb))
+                .collect();
+            format!(
+                "the devices are from different volumes, and no volume has most of them: {}",
+                all.join("; ")
+            )
+        }
+    }))
+}
+
 /// Reads and checks every device's superblock, in the order given, and locks them.
 pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
     if paths.is_empty() {
@@ -220,18 +267,8 @@ pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
             }
         }
     }
-    let first = &found[0];
+    check_same_volume(paths, &found)?;
     for (i, (path, sb)) in paths.iter().zip(&found).enumerate() {
-        if sb.volume_uuid != first.volume_uuid {
-            return Err(StripeError::Devices(format!(
-                "device {} belongs to volume {}, but {} belongs to volume {}: \
-                 the devices are from different volumes",
-                path.display(),
-                sb.volume_uuid,
-                paths[0].display(),
-                first.volume_uuid
-            )));
-        }
         if sb.device_count as usize != paths.len() {
             return Err(StripeError::Devices(format!(
                 "volume {} has {} devices, but {} are listed (device {} says it is {} of {})",

@@ -720,6 +720,15 @@ impl Volume {
         waiter.wait()
     }
 
+    /// Makes the object file of `ino` on its layout's first device, empty, if it has none: a
+    /// file whose data never reaches the devices (a cache held it until a truncate dropped it,
+    /// or it is all zeros) still has an object, so an absent one means lost data.
+    pub fn touch(&self, ino: u64, layout: &Layout) -> Result<()> {
+        let objs = self.objects(ino);
+        let dev = layout.device_of_slot(0, self.device_count());
+        self.object(&objs, dev, ino, true).map(|_| ())
+    }
+
     /// Cuts the objects down to what a file of `size` bytes holds, so a later extension reads
     /// zeros. Growing needs nothing: objects are sparse.
     pub fn truncate(&self, ino: u64, layout: &Layout, size: u64) -> Result<()> {
@@ -910,6 +919,7 @@ impl Volume {
             }
             pos += n as u64;
         }
+        self.touch(to_ino, to)?;
         self.sync(to_ino)
     }
 }
