@@ -182,10 +182,11 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
 
 /// What a `volume.meta` directory may hold besides nothing: the namespace store, the daemon's
 /// log, and a cache file placed beside them.
-const META_FILES: [&str; 6] = [
+const META_FILES: [&str; 7] = [
     "namespace.redb",
     "stripefs.log",
     "stripefs.cache",
+    "stripefs.cache.new",
     crate::rescue::FILE,
     "stripefs.rescue.new",
     crate::daemon::STOP_REPORT,
@@ -356,8 +357,14 @@ impl Engine {
         check_meta_dir(&config)?;
         let ns_path = namespace_path(&config);
         let ns = Arc::new(Namespace::open(&ns_path)?);
+        // A read-only mount writes nothing: no access times, no clean flag, no sweep.
+        let read_only = config.mount.read_only;
         ns.set_policy(crate::namespace::Policy {
-            atime: config.mount.atime,
+            atime: if read_only {
+                mountcfg::Atime::Never
+            } else {
+                config.mount.atime
+            },
             nodiratime: config.mount.nodiratime,
             durable_changes: config.mount.sync || config.mount.dirsync,
         });
@@ -369,19 +376,24 @@ impl Engine {
                 volume.uuid()
             )));
         }
-        ns.reap_orphans()?;
+        if !read_only {
+            ns.reap_orphans()?;
+        }
         let (inodes, _) = ns.snapshot();
         for i in inodes.iter().filter(|i| i.kind == Kind::File) {
             if let Some(l) = i.layout {
                 volume.set_layout(i.object, l);
             }
         }
+        let volume = Arc::new(volume);
+        let rescue = crate::rescue::path(&ns_path);
+        if read_only {
+            return Engine::read_only(config, volume, ns, &rescue, mountpoint);
+        }
         if !ns.was_clean()? {
             sweep_after_crash(&volume, &ns, &inodes)?;
         }
         ns.set_clean(false)?;
-        let volume = Arc::new(volume);
-        let rescue = crate::rescue::path(&ns_path);
         let sizes: std::collections::HashMap<u64, u64> =
             inodes.iter().map(|i| (i.object, i.size)).collect();
         if let Some(bytes) = crate::rescue::replay(&rescue, &*volume, &|o| sizes.get(&o).copied())?
@@ -404,6 +416,43 @@ impl Engine {
                 None
             }
         };
+        Engine::assemble(config, volume, ns, caching, mountpoint)
+    }
+
+    /// A read-only mount: served from the devices as they are (the cache, if configured, is
+    /// left alone and its lines stay current); refused while data waits to be written back.
+    fn read_only(
+        config: mountcfg::Config,
+        volume: Arc<Volume>,
+        ns: Arc<Namespace>,
+        rescue: &Path,
+        mountpoint: &Path,
+    ) -> Result<Engine> {
+        let binding = ns.cache_binding()?;
+        if binding.dirty || rescue.exists() {
+            return Err(Error::Usage(format!(
+                "data not yet on the devices waits in {}: mount read-write once, so it is \
+                 written back",
+                if binding.dirty {
+                    binding.path
+                } else {
+                    rescue.display().to_string()
+                }
+            )));
+        }
+        if config.cache.is_some() {
+            log::info!("read-only: the cache is not used");
+        }
+        Engine::assemble(config, volume, ns, None, mountpoint)
+    }
+
+    fn assemble(
+        config: mountcfg::Config,
+        volume: Arc<Volume>,
+        ns: Arc<Namespace>,
+        caching: Option<Caching>,
+        mountpoint: &Path,
+    ) -> Result<Engine> {
         Ok(Engine {
             caching,
             config,
@@ -793,6 +842,9 @@ impl Engine {
         };
         let synced = self.sync_all();
         cached.and(synced)?;
+        if self.config.mount.read_only {
+            return Ok(());
+        }
         if !self.pending_cuts.lock().is_empty() {
             log::warn!("a truncate could not cut its objects: the next mount trims them");
             return Ok(());

@@ -2,6 +2,9 @@ fn main() {
     // FAILPOINTS=name=action;... arms fault points from the start (builds with `failpoints`).
     #[cfg(feature = "failpoints")]
     let _faults = faultpoint::fail::FailScenario::setup();
+    // A write past a file size rlimit is EFBIG for that call, not the end of the daemon.
+    // SAFETY: setting a signal's disposition to ignore.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let args: Vec<String> = std::env::args().collect();
     // Installed as /sbin/mount.stripefs or /sbin/mount.fuse.stripefs, mount(8) calls us by that name.
     let invoked_as = std::path::Path::new(args.first().map(String::as_str).unwrap_or(""))

@@ -58,12 +58,18 @@ fn nosuid_nodev_noexec_reach_the_kernel_and_hold() {
     assert_eq!(e.raw_os_error(), Some(libc::EACCES), "nodev: {e}");
     v.umount();
 
-    // Without noexec, nosuid alone: the program runs, as its caller.
-    v.mount_with(&["-o", "nosuid"]);
+    // By default (nosuid): the program runs, as its caller.
+    v.mount_with(&[]);
+    assert!(findmnt_options(&v).split(',').any(|o| o == "nosuid"));
     let out = as_user("tests", &[id.to_str().unwrap(), "-u"]);
     let nobody = String::from_utf8_lossy(&as_user("tests", &["id", "-u"]).stdout).to_string();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), nobody, "ran as root");
+    v.umount();
+    // Lifted on purpose, it runs as its owner.
+    v.mount_with(&["-o", "suid"]);
+    let out = as_user("tests", &[id.to_str().unwrap(), "-u"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     v.umount();
 }
 
@@ -172,4 +178,28 @@ fn remount_switches_read_only_and_refuses_what_it_cannot_change() {
     let out = stripefs(&["mount", v.cfg(), v.mnt_str(), "-o", "colour=red"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("strictatime"));
+}
+
+#[test]
+fn a_read_only_mount_writes_nothing_not_even_access_times() {
+    let atime = |p: &std::path::Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    let mut v = TestVolume::new(1, "8K", "");
+    v.mount();
+    fs::write(v.path("f"), b"data").unwrap();
+    let before = atime(&v.path("f"));
+    v.umount();
+    // strictatime would update it on every read, if the mount could write.
+    v.mount_with(&["-o", "ro,strictatime"]);
+    assert_eq!(fs::read(v.path("f")).unwrap(), b"data");
+    assert_eq!(
+        fs::write(v.path("g"), b"x").unwrap_err().raw_os_error(),
+        Some(libc::EROFS)
+    );
+    v.umount();
+    v.mount();
+    assert_eq!(atime(&v.path("f")), before, "an access time moved");
+    v.umount();
 }

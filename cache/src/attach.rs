@@ -34,27 +34,30 @@ pub(crate) fn attach(cfg: &CacheConfig, line: u64, nslots: u64) -> Result<Attach
     } else {
         (None, None)
     };
-    let (store, records, id) = match (store, found) {
-        (Some(store), Some((id, records))) => (store, records, id),
-        (old, _) => {
-            // New, or replaced as the checks allowed.
-            drop(old);
-            if path.exists() {
-                std::fs::remove_file(&path)?;
-            }
-            let (store, _) = Store::file(&path, line, nslots)?;
-            (store, Vec::new(), new_id())
-        }
-    };
-    store.write_header(&Header {
+    let header = |id| Header {
         volume: cfg.volume,
         id,
         generation: cfg.generation,
         line_size: line,
         slots: nslots,
         clean: false,
-    })?;
-    Ok(Attached { store, records, id })
+    };
+    match (store, found) {
+        (Some(store), Some((id, records))) => {
+            store.write_header(&header(id))?;
+            Ok(Attached { store, records, id })
+        }
+        (old, _) => {
+            // New, or replaced (atomically) as the checks allowed.
+            drop(old);
+            let id = new_id();
+            Ok(Attached {
+                store: Store::create(&path, &header(id))?,
+                records: Vec::new(),
+                id,
+            })
+        }
+    }
 }
 
 /// An existing cache file: its lines and id if it may be used as it is, `None` if it may be
@@ -78,6 +81,17 @@ fn examine(
         Ok(h) => h,
         Err(HeaderError::Io(e)) => return Err(e.into()),
         Err(HeaderError::NotCache) => return Err(CacheError::NotCache(shown)),
+        Err(HeaderError::Blank) if cfg.reset && (cfg.discard_dirty || !cfg.holds_dirty) => {
+            return replace(
+                "its header is blank (its making was cut short) and --cache-reset was given",
+            )
+        }
+        Err(HeaderError::Blank) => {
+            return Err(CacheError::Damaged {
+                path: shown,
+                what: "its header is blank: a crash cut its making short".into(),
+            })
+        }
         Err(HeaderError::Format1 { clean: true }) => {
             return replace(
                 "format 1 (before checksums), stopped clean, so it holds no unwritten data",
@@ -250,6 +264,10 @@ pub fn inspect(path: &Path) -> std::io::Result<Inspection> {
         Err(HeaderError::Io(e)) => return Err(e),
         Err(HeaderError::NotCache) => {
             found.unreadable = Some("not a stripefs cache file".into());
+            return Ok(found);
+        }
+        Err(HeaderError::Blank) => {
+            found.unreadable = Some("its header is blank (a crash cut its making short)".into());
             return Ok(found);
         }
         Err(HeaderError::Format1 { .. }) => {

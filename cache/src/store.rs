@@ -40,6 +40,9 @@ pub(crate) enum HeaderError {
     Io(io::Error),
     /// Not a cache file at all.
     NotCache,
+    /// A first block of zeros: a cache file whose making a crash cut short (older versions
+    /// made the file in place).
+    Blank,
     /// A cache file of format 1 (no checksums); `clean` from its header.
     Format1 {
         clean: bool,
@@ -107,41 +110,33 @@ impl Store {
         })
     }
 
-    /// Opens an existing cache file (with what its header says, or why it cannot be read),
-    /// or creates and preallocates one with every record empty.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn file(
-        path: &Path,
-        line_size: u64,
-        slots: u64,
-    ) -> io::Result<(Store, Option<Result<Header, HeaderError>>)> {
-        let existing = path.exists();
+    /// Makes a new cache file at `path` with `header` and every record empty, preallocated,
+    /// under a temporary name renamed into place once whole: a crash on the way leaves the old
+    /// file (or none), never a half-made one.
+    pub(crate) fn create(path: &Path, header: &Header) -> io::Result<Store> {
+        let tmp = path.with_extension("cache.new");
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(false)
+            .truncate(true)
             .mode(0o600)
-            .open(path)?;
-        let data_start = HEADER + records_len(slots);
+            .open(&tmp)?;
+        let data_start = HEADER + records_len(header.slots);
         let store = Store {
             file,
             broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
-            line_size,
-            slots,
+            line_size: header.line_size,
+            slots: header.slots,
             data_start,
         };
-        if existing {
-            let header = store.read_header();
-            return Ok((store, Some(header)));
-        }
-        let total = data_start + line_size * slots;
+        let total = data_start + header.line_size * header.slots;
         // SAFETY: plain syscall on our descriptor.
         if unsafe { libc::fallocate(store.file.as_raw_fd(), 0, 0, total as i64) } != 0 {
             let e = io::Error::last_os_error();
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(&tmp);
             return Err(io::Error::new(
                 e.kind(),
                 format!(
@@ -151,7 +146,12 @@ impl Store {
             ));
         }
         store.wipe_records()?;
-        Ok((store, None))
+        store.write_header(header)?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(store)
     }
 
     /// Opens an existing cache file as its header describes it; a file shorter than that
@@ -208,6 +208,9 @@ impl Store {
         }
         if &h[..16] == MAGIC_V1 {
             return Err(HeaderError::Format1 { clean: h[48] == 1 });
+        }
+        if h.iter().all(|&b| b == 0) {
+            return Err(HeaderError::Blank);
         }
         if &h[..16] != MAGIC {
             return Err(HeaderError::NotCache);
@@ -371,8 +374,6 @@ mod tests {
     fn the_header_round_trips_and_damage_is_found() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c");
-        let (store, found) = Store::file(&path, 4096, 8).unwrap();
-        assert!(found.is_none(), "a new file");
         let h = Header {
             volume: [1; 16],
             id: [2; 16],
@@ -381,7 +382,8 @@ mod tests {
             slots: 8,
             clean: true,
         };
-        store.write_header(&h).unwrap();
+        let store = Store::create(&path, &h).unwrap();
+        assert!(!path.with_extension("cache.new").exists());
         assert_eq!(store.read_header().unwrap(), h);
         assert!(store
             .read_records()

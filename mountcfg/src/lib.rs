@@ -198,9 +198,10 @@ pub struct MountSection {
     /// Seconds between background durable commits of the namespace (ext4's commit=).
     pub commit_interval: Duration,
     pub fsname: Option<String>,
-    /// Set-id bits and file capabilities are ignored for programs run from the volume.
+    /// Set-id bits and file capabilities are ignored for programs run from the volume (the
+    /// default, as for FUSE mounts generally; `-o suid` lifts it).
     pub nosuid: bool,
-    /// Device nodes on the volume cannot be opened.
+    /// Device nodes on the volume cannot be opened (the default; `-o dev` lifts it).
     pub nodev: bool,
     /// Programs on the volume cannot be run.
     pub noexec: bool,
@@ -259,8 +260,8 @@ impl Default for MountSection {
             attr_timeout: Duration::from_secs(1),
             commit_interval: Duration::from_secs(5),
             fsname: None,
-            nosuid: false,
-            nodev: false,
+            nosuid: true,
+            nodev: true,
             noexec: false,
             atime: Atime::Relatime,
             nodiratime: false,

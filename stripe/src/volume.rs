@@ -1012,18 +1012,27 @@ fn largest_file(dir: &OwnedFd) -> u64 {
     }
     // SAFETY: a fresh descriptor that we own.
     let probe = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Past the limit ftruncate fails with EFBIG (SIGXFSZ, which would kill us under a file
+    // size rlimit, is ignored by the daemon); any other error says nothing of the limit.
     // SAFETY: ftruncate on a descriptor we own.
-    let fits = |len: u64| unsafe { libc::ftruncate(probe.as_raw_fd(), len as i64) } == 0;
-    if fits(most) {
-        return most;
+    let fits = |len: u64| match unsafe { libc::ftruncate(probe.as_raw_fd(), len as i64) } {
+        0 => Some(true),
+        _ => match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EFBIG) | Some(libc::EINVAL) => Some(false),
+            _ => None,
+        },
+    };
+    match fits(most) {
+        Some(true) | None => return most,
+        Some(false) => {}
     }
     let (mut lo, mut hi) = (0, most);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
+        match fits(mid) {
+            Some(true) => lo = mid,
+            Some(false) => hi = mid,
+            None => return most,
         }
     }
     lo
