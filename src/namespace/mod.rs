@@ -1,0 +1,895 @@
+//! The namespace: inodes, directory entries, xattrs and layouts.
+//!
+//! The whole tree is held in memory (reads never touch the store) and every change is written
+//! to an embedded ACID store (redb) in one transaction per operation. Those transactions are
+//! not synced; `sync` makes everything so far durable in one fsync, which is what fsync,
+//! fsyncdir, syncfs, the periodic committer and unmount call. After a crash the store opens at
+//! its last durable commit, which is always a consistent tree.
+//!
+//! Extended attributes are the exception to "all in memory": their values stay in the store
+//! and memory holds only each inode's total (names and values, at most `XATTR_SPACE`) and
+//! which ACLs it has, so the daemon does not grow with the xattr bytes of the volume.
+//! getxattr and listxattr read the store; a read transaction sees every commit so far,
+//! unsynced ones included.
+
+use crate::acl;
+use crate::error::{errno, Error, Result};
+use parking_lot::RwLock;
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+use stripe::Layout;
+use uuid::Uuid;
+
+mod store;
+mod xattrs;
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+const DIRENTS: TableDefinition<(u64, &[u8]), u64> = TableDefinition::new("dirents");
+const XATTRS: TableDefinition<(u64, &[u8]), &[u8]> = TableDefinition::new("xattrs");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+pub const ROOT: u64 = 1;
+/// Prefix of internal xattr names: the kernel passes only names with a namespace prefix.
+const INTERNAL: &[u8] = b"\0stripefs.";
+const NAME_MAX: usize = 255;
+/// The most one xattr value may hold (Linux's XATTR_SIZE_MAX): E2BIG past it.
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
+/// The most the xattr names and values of one inode may hold together: ENOSPC past it, as
+/// ext4 refuses what does not fit its xattr space.
+pub const XATTR_SPACE: usize = 64 * 1024;
+/// What the store keeps in memory (its page cache and write buffer): the namespace itself is
+/// in memory already, so the store's cache only has to spare it re-reading the pages a
+/// transaction changes, and must not hold the volume's xattr values.
+const STORE_CACHE: usize = 4 << 20;
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Time {
+    pub secs: i64,
+    pub nsecs: u32,
+}
+
+impl Time {
+    pub fn now() -> Time {
+        Time::from(SystemTime::now())
+    }
+}
+
+impl From<SystemTime> for Time {
+    fn from(t: SystemTime) -> Time {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Time {
+                secs: d.as_secs() as i64,
+                nsecs: d.subsec_nanos(),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut secs, mut nsecs) = (-(d.as_secs() as i64), d.subsec_nanos());
+                if nsecs > 0 {
+                    secs -= 1;
+                    nsecs = 1_000_000_000 - nsecs;
+                }
+                Time { secs, nsecs }
+            }
+        }
+    }
+}
+
+impl From<Time> for SystemTime {
+    fn from(t: Time) -> SystemTime {
+        if t.secs >= 0 {
+            UNIX_EPOCH + std::time::Duration::new(t.secs as u64, t.nsecs)
+        } else {
+            UNIX_EPOCH - std::time::Duration::from_secs((-t.secs) as u64)
+                + std::time::Duration::from_nanos(t.nsecs as u64)
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: Kind,
+    /// Permission bits including suid, sgid and sticky (07777).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub rdev: u32,
+    pub atime: Time,
+    pub mtime: Time,
+    pub ctime: Time,
+    pub crtime: Time,
+    /// Directories: the parent directory (the root is its own parent).
+    pub parent: u64,
+    /// Files: where the data lives. Directories: the default for new files beneath, if set.
+    pub layout: Option<Layout>,
+    /// Files: the object id naming the data's object files (changes when migrated).
+    pub object: u64,
+    /// Files: data was ever written, so objects are expected on the devices.
+    pub has_data: bool,
+    pub symlink: Vec<u8>,
+}
+
+/// What the volume knows durably of its cache: the volume generation (every mount without a
+/// cache file advances it, so a cache file's lines count only for the generation it used),
+/// which cache file it last used, and whether that one may hold data the devices lack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CacheBinding {
+    pub generation: u64,
+    /// The id of the cache file last used, and where it was.
+    pub cache: Option<[u8; 16]>,
+    pub path: String,
+    /// That cache may hold dirty data: it must be there, undamaged, at the next mount.
+    pub dirty: bool,
+}
+
+/// A directory entry: (parent, name, inode).
+pub type Entry = (u64, Vec<u8>, u64);
+
+/// What a new node is made of.
+pub struct NewNode<'a> {
+    pub kind: Kind,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub symlink: &'a [u8],
+    /// The creator's umask, for the daemon to apply (FUSE_DONT_MASK) unless the directory
+    /// has a default ACL; 0 when the kernel applied it already.
+    pub umask: u16,
+}
+
+impl NewNode<'static> {
+    /// A node of `kind` and permission bits `perm` (07777), owned by root until the caller
+    /// says otherwise.
+    pub fn new(kind: Kind, perm: u32) -> NewNode<'static> {
+        NewNode {
+            kind,
+            perm: (perm & 0o7777) as u16,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            symlink: b"",
+            umask: 0,
+        }
+    }
+}
+
+/// Attribute changes, as setattr(2)-family calls ask for them.
+#[derive(Default)]
+pub struct SetAttr {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Time>,
+    pub mtime: Option<Time>,
+    pub ctime: Option<Time>,
+}
+
+#[derive(Default)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    children: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    /// stripefs's own settings per inode (small: a folder's cache target).
+    internal: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Bytes of xattr names and values per inode (values live in the store only).
+    xattr_bytes: HashMap<u64, usize>,
+    /// Which ACLs an inode has (`HAS_ACCESS`, `HAS_DEFAULT`); the ACLs are in the store.
+    acls: HashMap<u64, u8>,
+    next_ino: u64,
+    /// Open handles per inode: an unlinked inode lives on until its last close.
+    open: HashMap<u64, u32>,
+    /// Inodes changed in memory only (by writes), written with the next transaction.
+    dirty: BTreeSet<u64>,
+    /// Object ids whose inodes are gone; deleted once that is durable.
+    doomed_objects: Vec<u64>,
+    /// Object ids made obsolete since the last durable commit; doomed at the next one.
+    doomed_pending: Vec<u64>,
+    changed_since_sync: bool,
+}
+
+/// Changes one operation makes, written in one transaction.
+#[derive(Default)]
+struct Changes {
+    inodes: BTreeSet<u64>,
+    dirents: Vec<(u64, Vec<u8>, Option<u64>)>,
+    xattrs: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
+    /// Inodes whose every xattr goes.
+    drop_xattrs: Vec<u64>,
+}
+
+impl State {
+    fn inode(&self, ino: u64) -> Result<&Inode> {
+        self.inodes.get(&ino).ok_or(Error::Errno(libc::ENOENT))
+    }
+
+    fn inode_mut(&mut self, ino: u64, ch: &mut Changes) -> Result<&mut Inode> {
+        ch.inodes.insert(ino);
+        self.inodes.get_mut(&ino).ok_or(Error::Errno(libc::ENOENT))
+    }
+
+    fn dir(&self, ino: u64) -> Result<&Inode> {
+        let i = self.inode(ino)?;
+        if i.kind != Kind::Dir {
+            return errno(libc::ENOTDIR);
+        }
+        Ok(i)
+    }
+
+    fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.children.get(&parent)?.get(name).copied()
+    }
+
+    fn set_entry(&mut self, ch: &mut Changes, parent: u64, name: &[u8], ino: Option<u64>) {
+        let entries = self.children.entry(parent).or_default();
+        match ino {
+            Some(i) => entries.insert(name.to_vec(), i),
+            None => entries.remove(name),
+        };
+        ch.dirents.push((parent, name.to_vec(), ino));
+    }
+
+    fn touch_dir(&mut self, ch: &mut Changes, dir: u64, now: Time) -> Result<()> {
+        let d = self.inode_mut(dir, ch)?;
+        d.mtime = now;
+        d.ctime = now;
+        Ok(())
+    }
+
+    fn alloc_ino(&mut self) -> u64 {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        ino
+    }
+
+    /// Drops one link; frees the inode when nothing names or holds it any more.
+    fn drop_link(&mut self, ch: &mut Changes, ino: u64, now: Time) -> Result<()> {
+        let i = self.inode_mut(ino, ch)?;
+        i.ctime = now;
+        if i.kind == Kind::Dir {
+            i.nlink = 0;
+        } else {
+            i.nlink = i.nlink.saturating_sub(1);
+        }
+        self.free_if_unused(ch, ino);
+        Ok(())
+    }
+
+    fn free_if_unused(&mut self, ch: &mut Changes, ino: u64) {
+        let unused = matches!(self.inodes.get(&ino), Some(i) if i.nlink == 0)
+            && self.open.get(&ino).copied().unwrap_or(0) == 0;
+        if !unused {
+            return;
+        }
+        if let Some(i) = self.inodes.remove(&ino) {
+            if i.kind == Kind::File {
+                self.doomed_pending.push(i.object);
+            }
+        }
+        ch.inodes.insert(ino);
+        self.children.remove(&ino);
+        self.acls.remove(&ino);
+        if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
+            ch.drop_xattrs.push(ino);
+        }
+        self.dirty.remove(&ino);
+    }
+
+    /// The layout the nearest ancestor directory (from `dir` up) sets, else `default`.
+    fn inherited_layout(&self, dir: u64, default: Layout) -> Layout {
+        let mut at = dir;
+        loop {
+            match self.inodes.get(&at) {
+                Some(d) => {
+                    if let Some(l) = d.layout {
+                        return l;
+                    }
+                    if d.parent == at {
+                        return default;
+                    }
+                    at = d.parent;
+                }
+                None => return default,
+            }
+        }
+    }
+
+    /// True if `ancestor` is `dir` or one of its ancestors.
+    fn is_ancestor(&self, ancestor: u64, mut dir: u64) -> bool {
+        loop {
+            if dir == ancestor {
+                return true;
+            }
+            match self.inodes.get(&dir) {
+                Some(d) if d.parent != dir => dir = d.parent,
+                _ => return false,
+            }
+        }
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return errno(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return errno(libc::EINVAL);
+    }
+    Ok(())
+}
+
+pub struct Namespace {
+    db: Database,
+    /// The store's file, for messages.
+    path: PathBuf,
+    uuid: Uuid,
+    state: RwLock<State>,
+    policy: RwLock<Policy>,
+}
+
+/// How the mount wants times and durability (mount(8)'s atime and sync options).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    pub atime: mountcfg::Atime,
+    pub nodiratime: bool,
+    /// Every change durable when it returns (`sync`, `dirsync`).
+    pub durable_changes: bool,
+}
+
+/// relatime also updates an access time this old.
+const RELATIME_MAX_AGE: i64 = 24 * 3600;
+
+/// Counts for status output.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Counts {
+    pub inodes: u64,
+    pub files: u64,
+    pub directories: u64,
+    pub bytes: u64,
+}
+
+impl Namespace {
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write() = policy;
+    }
+
+    /// Object ids are never reused: after a crash, ids handed out by lost transactions may
+    /// name object files on the devices, so counting resumes above them.
+    pub fn skip_ids_to(&self, next: u64) {
+        let mut st = self.state.write();
+        if st.next_ino < next {
+            st.next_ino = next;
+            st.changed_since_sync = true;
+        }
+    }
+
+    /// Inodes left with no links by a crash while they were open are freed now.
+    pub fn reap_orphans(&self) -> Result<()> {
+        self.mutate(|st, ch| {
+            let orphans: Vec<u64> = st
+                .inodes
+                .values()
+                .filter(|i| i.nlink == 0)
+                .map(|i| i.ino)
+                .collect();
+            for ino in orphans {
+                log::info!("freeing inode {ino}, unlinked while open before a crash");
+                st.free_if_unused(ch, ino);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn get(&self, ino: u64) -> Result<Inode> {
+        self.state.read().inode(ino).cloned()
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode> {
+        let st = self.state.read();
+        st.dir(parent)?;
+        if name.len() > NAME_MAX {
+            return errno(libc::ENAMETOOLONG);
+        }
+        let ino = st.child(parent, name).ok_or(Error::Errno(libc::ENOENT))?;
+        st.inode(ino).cloned()
+    }
+
+    /// The layout new files under `dir` get: the nearest ancestor's, else `default`.
+    pub fn inherited_layout(&self, dir: u64, default: Layout) -> Layout {
+        self.state.read().inherited_layout(dir, default)
+    }
+
+    /// Creates a node. A regular file gets the layout its directory gives (looked up under
+    /// the same lock as the creation, so a layout set on the directory before is never
+    /// missed), else `default_layout`; its first device is chosen here.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode,
+        default_layout: Layout,
+        device_count: u32,
+    ) -> Result<Inode> {
+        check_name(name)?;
+        self.mutate_tx(|st, ch, tx| {
+            let file_layout = st.inherited_layout(parent, default_layout);
+            let p = st.dir(parent)?;
+            if p.nlink == 0 {
+                return errno(libc::ENOENT);
+            }
+            if st.child(parent, name).is_some() {
+                return errno(libc::EEXIST);
+            }
+            let (mut perm, mut gid) = (node.perm & 0o7777, node.gid);
+            // The directory's default ACL, if any, decides instead of the umask
+            // (posix_acl_create): the node's access ACL, and a directory's default.
+            let mut acls: Vec<(&[u8], Vec<u8>)> = Vec::new();
+            match st.acl(tx, parent, acl::DEFAULT)? {
+                _ if node.kind == Kind::Symlink => {}
+                Some(default) => {
+                    if let Some(access) = default.inherit(&mut perm) {
+                        acls.push((acl::ACCESS, access.to_bytes()));
+                    }
+                    if node.kind == Kind::Dir {
+                        acls.push((acl::DEFAULT, default.to_bytes()));
+                    }
+                }
+                None => perm &= !(node.umask & 0o777),
+            }
+            // BSD group semantics of a set-group-id directory.
+            if p.perm & libc::S_ISGID as u16 != 0 {
+                gid = p.gid;
+                if node.kind == Kind::Dir {
+                    perm |= libc::S_ISGID as u16;
+                }
+            }
+            let ino = st.alloc_ino();
+            let now = Time::now();
+            let layout = match node.kind {
+                Kind::File => Some(Layout {
+                    first_device: (ino % device_count as u64) as u32,
+                    ..file_layout
+                }),
+                _ => None,
+            };
+            let inode = Inode {
+                ino,
+                kind: node.kind,
+                perm,
+                uid: node.uid,
+                gid,
+                nlink: if node.kind == Kind::Dir { 2 } else { 1 },
+                size: if node.kind == Kind::Symlink {
+                    node.symlink.len() as u64
+                } else {
+                    0
+                },
+                rdev: node.rdev,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                parent,
+                layout,
+                object: ino,
+                has_data: false,
+                symlink: node.symlink.to_vec(),
+            };
+            for (xattr, value) in &acls {
+                st.put_xattr(ch, tx, ino, xattr, Some(value), 0)?;
+            }
+            st.inodes.insert(ino, inode.clone());
+            ch.inodes.insert(ino);
+            st.set_entry(ch, parent, name, Some(ino));
+            st.touch_dir(ch, parent, now)?;
+            if node.kind == Kind::Dir {
+                st.inode_mut(parent, ch)?.nlink += 1;
+            }
+            Ok(inode)
+        })
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Inode> {
+        check_name(newname)?;
+        self.mutate(|st, ch| {
+            let p = st.dir(newparent)?;
+            if p.nlink == 0 {
+                return errno(libc::ENOENT);
+            }
+            let i = st.inode(ino)?;
+            if i.kind == Kind::Dir {
+                return errno(libc::EPERM);
+            }
+            if i.nlink >= u32::MAX - 1 {
+                return errno(libc::EMLINK);
+            }
+            if st.child(newparent, newname).is_some() {
+                return errno(libc::EEXIST);
+            }
+            let now = Time::now();
+            st.set_entry(ch, newparent, newname, Some(ino));
+            st.touch_dir(ch, newparent, now)?;
+            let i = st.inode_mut(ino, ch)?;
+            i.nlink += 1;
+            i.ctime = now;
+            Ok(i.clone())
+        })
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.mutate(|st, ch| {
+            st.dir(parent)?;
+            let ino = st.child(parent, name).ok_or(Error::Errno(libc::ENOENT))?;
+            if st.inode(ino)?.kind == Kind::Dir {
+                return errno(libc::EISDIR);
+            }
+            let now = Time::now();
+            st.set_entry(ch, parent, name, None);
+            st.touch_dir(ch, parent, now)?;
+            st.drop_link(ch, ino, now)
+        })
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return errno(libc::EINVAL);
+        }
+        if name == b".." {
+            return errno(libc::ENOTEMPTY);
+        }
+        self.mutate(|st, ch| {
+            st.dir(parent)?;
+            let ino = st.child(parent, name).ok_or(Error::Errno(libc::ENOENT))?;
+            st.dir(ino)?;
+            if st.children.get(&ino).is_some_and(|c| !c.is_empty()) {
+                return errno(libc::ENOTEMPTY);
+            }
+            let now = Time::now();
+            st.set_entry(ch, parent, name, None);
+            st.touch_dir(ch, parent, now)?;
+            st.inode_mut(parent, ch)?.nlink -= 1;
+            st.drop_link(ch, ino, now)
+        })
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        noreplace: bool,
+        exchange: bool,
+    ) -> Result<()> {
+        check_name(newname)?;
+        self.mutate(|st, ch| {
+            st.dir(parent)?;
+            st.dir(newparent)?;
+            let src = st.child(parent, name).ok_or(Error::Errno(libc::ENOENT))?;
+            let dst = st.child(newparent, newname);
+            let src_is_dir = st.inode(src)?.kind == Kind::Dir;
+            let now = Time::now();
+            if exchange {
+                let dst = dst.ok_or(Error::Errno(libc::ENOENT))?;
+                if dst == src {
+                    return Ok(());
+                }
+                let dst_is_dir = st.inode(dst)?.kind == Kind::Dir;
+                // Neither may end up inside itself.
+                if (src_is_dir && st.is_ancestor(src, newparent))
+                    || (dst_is_dir && st.is_ancestor(dst, parent))
+                {
+                    return errno(libc::EINVAL);
+                }
+                st.set_entry(ch, parent, name, Some(dst));
+                st.set_entry(ch, newparent, newname, Some(src));
+                for (ino, new_parent) in [(src, newparent), (dst, parent)] {
+                    let i = st.inode_mut(ino, ch)?;
+                    i.ctime = now;
+                    i.parent = new_parent;
+                }
+                if parent != newparent && src_is_dir != dst_is_dir {
+                    let (gains, loses) = if src_is_dir {
+                        (newparent, parent)
+                    } else {
+                        (parent, newparent)
+                    };
+                    st.inode_mut(gains, ch)?.nlink += 1;
+                    st.inode_mut(loses, ch)?.nlink -= 1;
+                }
+                st.touch_dir(ch, parent, now)?;
+                st.touch_dir(ch, newparent, now)?;
+                return Ok(());
+            }
+            if let Some(dst) = dst {
+                if noreplace {
+                    return errno(libc::EEXIST);
+                }
+                if dst == src {
+                    return Ok(()); // two names of one inode: POSIX says do nothing
+                }
+                let d = st.inode(dst)?;
+                match (src_is_dir, d.kind == Kind::Dir) {
+                    (true, false) => return errno(libc::ENOTDIR),
+                    (false, true) => return errno(libc::EISDIR),
+                    (true, true) if st.children.get(&dst).is_some_and(|c| !c.is_empty()) => {
+                        return errno(libc::ENOTEMPTY)
+                    }
+                    _ => {}
+                }
+            }
+            if src_is_dir && st.is_ancestor(src, newparent) {
+                return errno(libc::EINVAL);
+            }
+            // Checked; now change.
+            if let Some(dst) = dst {
+                if src_is_dir {
+                    st.inode_mut(newparent, ch)?.nlink -= 1;
+                }
+                st.drop_link(ch, dst, now)?;
+            }
+            st.set_entry(ch, parent, name, None);
+            st.set_entry(ch, newparent, newname, Some(src));
+            let moved = st.inode_mut(src, ch)?;
+            moved.ctime = now;
+            // Files remember the folder they were last named in (it decides their cache class).
+            moved.parent = newparent;
+            if src_is_dir && parent != newparent {
+                st.inode_mut(parent, ch)?.nlink -= 1;
+                st.inode_mut(newparent, ch)?.nlink += 1;
+            }
+            st.touch_dir(ch, parent, now)?;
+            st.touch_dir(ch, newparent, now)?;
+            Ok(())
+        })
+    }
+
+    pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<Inode> {
+        self.mutate_tx(|st, ch, tx| {
+            let i = st.inode(ino)?;
+            if a.size.is_some() && i.kind == Kind::Dir {
+                return errno(libc::EISDIR);
+            }
+            if a.size.is_some() && i.kind != Kind::File {
+                return errno(libc::EINVAL);
+            }
+            // chmod rewrites an access ACL: owner, mask (else group) and other follow the mode.
+            if let Some(p) = a.perm {
+                if let Some(mut acl) = st.acl(tx, ino, acl::ACCESS)? {
+                    acl.chmod(p);
+                    st.put_xattr(ch, tx, ino, acl::ACCESS, Some(&acl.to_bytes()), 0)?;
+                }
+            }
+            let now = Time::now();
+            let i = st.inode_mut(ino, ch)?;
+            if let Some(p) = a.perm {
+                i.perm = p & 0o7777;
+            }
+            if let Some(u) = a.uid {
+                i.uid = u;
+            }
+            if let Some(g) = a.gid {
+                i.gid = g;
+            }
+            if let Some(s) = a.size {
+                i.size = s;
+                i.mtime = now;
+            }
+            if let Some(t) = a.atime {
+                i.atime = t;
+            }
+            if let Some(t) = a.mtime {
+                i.mtime = t;
+            }
+            i.ctime = a.ctime.unwrap_or(now);
+            Ok(i.clone())
+        })
+    }
+
+    /// A write ended at `end`: size, mtime and ctime change in memory, persisted with the next
+    /// transaction or sync.
+    pub fn note_write(&self, ino: u64, end: u64) -> Result<Inode> {
+        let mut st = self.state.write();
+        let now = Time::now();
+        let i = st.inodes.get_mut(&ino).ok_or(Error::Errno(libc::ENOENT))?;
+        i.size = i.size.max(end);
+        i.mtime = now;
+        i.ctime = now;
+        i.has_data = true;
+        let out = i.clone();
+        st.dirty.insert(ino);
+        Ok(out)
+    }
+
+    /// A read of `ino` (a file's data, or a directory's entries): its access time follows the
+    /// mount's atime policy.
+    pub fn note_read(&self, ino: u64) {
+        let policy = *self.policy.read();
+        let now = Time::now();
+        let stale = |i: &Inode| match policy.atime {
+            _ if i.kind == Kind::Dir && policy.nodiratime => false,
+            mountcfg::Atime::Never => false,
+            mountcfg::Atime::Strict => true,
+            mountcfg::Atime::Relatime => {
+                i.atime <= i.mtime
+                    || i.atime <= i.ctime
+                    || now.secs - i.atime.secs >= RELATIME_MAX_AGE
+            }
+        };
+        // Most reads change nothing: look under the shared lock first.
+        if !self.state.read().inodes.get(&ino).is_some_and(stale) {
+            return;
+        }
+        let mut st = self.state.write();
+        if let Some(i) = st.inodes.get_mut(&ino) {
+            if stale(i) {
+                i.atime = now;
+                st.dirty.insert(ino);
+            }
+        }
+    }
+
+    pub fn opened(&self, ino: u64) {
+        *self.state.write().open.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Last close of an unlinked inode frees it. Returns true if that was the last handle.
+    pub fn released(&self, ino: u64) -> Result<bool> {
+        let mut st = self.state.write();
+        let n = st.open.entry(ino).or_insert(1);
+        *n = n.saturating_sub(1);
+        if *n > 0 {
+            return Ok(false);
+        }
+        st.open.remove(&ino);
+        // Only an unlinked inode changes anything on its last close: most closes need no
+        // transaction.
+        if matches!(st.inodes.get(&ino), Some(i) if i.nlink == 0) {
+            let mut ch = Changes::default();
+            st.free_if_unused(&mut ch, ino);
+            self.persist(&mut st, ch, Durability::None)?;
+        }
+        Ok(true)
+    }
+
+    /// Directory entries, in name order (a snapshot for one directory stream).
+    pub fn list(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64, Kind)>> {
+        let st = self.state.read();
+        st.dir(dir)?;
+        Ok(st
+            .children
+            .get(&dir)
+            .map(|c| {
+                c.iter()
+                    .filter_map(|(n, &i)| Some((n.clone(), i, st.inodes.get(&i)?.kind)))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    pub fn set_layout(&self, ino: u64, layout: Option<Layout>) -> Result<Inode> {
+        self.mutate(|st, ch| {
+            let i = st.inode(ino)?;
+            match i.kind {
+                Kind::Dir => {}
+                Kind::File if layout.is_none() => return errno(libc::EINVAL),
+                Kind::File if i.size != 0 || i.has_data => return errno(libc::EBUSY),
+                Kind::File => {}
+                _ => return errno(libc::EINVAL),
+            }
+            let i = st.inode_mut(ino, ch)?;
+            i.layout = layout;
+            i.ctime = Time::now();
+            Ok(i.clone())
+        })
+    }
+
+    /// A fresh object id for a migration's copy.
+    pub fn new_object_id(&self) -> Result<u64> {
+        self.mutate(|st, _| Ok(st.alloc_ino()))
+    }
+
+    /// Points a file at a new copy of its data; the old objects go after the next sync.
+    pub fn switch_object(&self, ino: u64, object: u64, layout: Layout) -> Result<Inode> {
+        self.mutate(|st, ch| {
+            let i = st.inode_mut(ino, ch)?;
+            let old = i.object;
+            i.object = object;
+            i.layout = Some(layout);
+            i.ctime = Time::now();
+            let out = i.clone();
+            st.doomed_pending.push(old);
+            Ok(out)
+        })
+    }
+
+    /// Marks an object id as garbage (a migration copy that was abandoned).
+    pub fn discard_object(&self, object: u64) {
+        self.state.write().doomed_pending.push(object);
+    }
+
+    /// The name of `ino` in `parent`, if it has one there.
+    pub fn name_in(&self, parent: u64, ino: u64) -> Option<Vec<u8>> {
+        let st = self.state.read();
+        st.children
+            .get(&parent)?
+            .iter()
+            .find(|(_, &i)| i == ino)
+            .map(|(n, _)| n.clone())
+    }
+
+    pub fn counts(&self) -> Counts {
+        let st = self.state.read();
+        let mut c = Counts {
+            inodes: st.inodes.len() as u64,
+            ..Counts::default()
+        };
+        for i in st.inodes.values() {
+            match i.kind {
+                Kind::File => {
+                    c.files += 1;
+                    c.bytes += i.size;
+                }
+                Kind::Dir => c.directories += 1,
+                _ => {}
+            }
+        }
+        c
+    }
+
+    /// Every inode and every entry, for fsck.
+    pub fn snapshot(&self) -> (Vec<Inode>, Vec<Entry>) {
+        let st = self.state.read();
+        let inodes = st.inodes.values().cloned().collect();
+        let entries = st
+            .children
+            .iter()
+            .flat_map(|(&p, c)| c.iter().map(move |(n, &i)| (p, n.clone(), i)))
+            .collect();
+        (inodes, entries)
+    }
+
+    /// fsck's repairs: replace an inode record, drop one, or drop an entry.
+    pub fn repair_inode(&self, ino: u64, inode: Option<Inode>) -> Result<()> {
+        self.mutate(|st, ch| {
+            match inode {
+                Some(i) => st.inodes.insert(ino, i),
+                None => st.inodes.remove(&ino),
+            };
+            ch.inodes.insert(ino);
+            Ok(())
+        })
+    }
+
+    pub fn repair_entry(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.mutate(|st, ch| {
+            st.set_entry(ch, parent, name, None);
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
