@@ -773,8 +773,19 @@ impl Engine {
             c.cache.forget(inode.object).map_err(io_error)?;
         }
         if end_in_file > offset {
-            self.volume
-                .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)?;
+            let allocate = || {
+                self.volume
+                    .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)
+            };
+            match allocate() {
+                // The space of deleted files comes back with the next commit: take it now,
+                // as ext4 reuses freed blocks at once, and try again.
+                Err(e) if e.errno() == libc::ENOSPC && mode & libc::FALLOC_FL_PUNCH_HOLE == 0 => {
+                    self.commit()?;
+                    allocate()?;
+                }
+                r => r?,
+            }
         }
         if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > inode.size {
             self.ns.note_write(ino, end)?;

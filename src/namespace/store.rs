@@ -198,13 +198,7 @@ impl Namespace {
                 .open(path)
                 .map_err(|e| open_error(path, e))
         })?;
-        Ok(Namespace {
-            db,
-            path: path.to_path_buf(),
-            uuid,
-            state: RwLock::new(st),
-            policy: RwLock::new(Policy::default()),
-        })
+        Ok(Namespace::loaded(db, path, uuid, st))
     }
 
     /// The store at `path`, checked and loaded as `open` does, with every write kept in memory:
@@ -213,14 +207,18 @@ impl Namespace {
         guarded(path, || {
             let db = verified(path)?;
             let (uuid, st) = load(&db)?;
-            Ok(Namespace {
-                db,
-                path: path.to_path_buf(),
-                uuid,
-                state: RwLock::new(st),
-                policy: RwLock::new(Policy::default()),
-            })
+            Ok(Namespace::loaded(db, path, uuid, st))
         })
+    }
+
+    fn loaded(db: Database, path: &Path, uuid: Uuid, st: State) -> Namespace {
+        Namespace {
+            db,
+            path: path.to_path_buf(),
+            uuid,
+            state: RwLock::new(st),
+            policy: RwLock::new(Policy::default()),
+        }
     }
 
     /// Whether the last mount ended with `mark_clean` (false after a crash).

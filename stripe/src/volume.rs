@@ -749,6 +749,8 @@ impl Volume {
 
     /// fallocate(2) over a file range, mapped onto each object; `mode` as for fallocate
     /// (0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE).
+    /// An allocation that fails (ENOSPC) gives back what it took past each object's old end,
+    /// as ext4 does: a failed fallocate leaves no space taken and no object grown.
     pub fn fallocate(
         &self,
         ino: u64,
@@ -759,24 +761,55 @@ impl Volume {
     ) -> Result<()> {
         let objs = self.objects(ino);
         let n = self.device_count();
+        let allocating = mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
+        // Each object's length before, to give back what a failure took.
+        let mut before: Vec<(usize, u64)> = Vec::new();
         // Plan in chunks: `plan` works on in-memory lengths.
         let mut done = 0u64;
         while done < len {
             let chunk = (len - done).min(1 << 30);
             for io in layout.plan(offset + done, chunk as usize) {
                 let dev = layout.device_of_slot(io.slot, n);
+                if allocating && !before.iter().any(|b| b.0 == dev) {
+                    let had = match self.object(&objs, dev, ino, false)? {
+                        Some(f) => f.metadata().map_err(|e| self.io_err(dev, e))?.len(),
+                        None => 0,
+                    };
+                    before.push((dev, had));
+                }
                 let f = self.object(&objs, dev, ino, true)?.expect("created");
                 // SAFETY: plain syscall on an owned descriptor.
                 let r = unsafe {
                     libc::fallocate(f.as_raw_fd(), mode, io.obj_offset as i64, io.len() as i64)
                 };
                 if r != 0 {
-                    return Err(self.io_err(dev, io::Error::last_os_error()));
+                    let e = self.io_err(dev, io::Error::last_os_error());
+                    self.give_back(&objs, ino, &before);
+                    return Err(e);
                 }
             }
             done += chunk;
         }
         Ok(())
+    }
+
+    /// Frees what a failed allocation took past each object's old end (`before`).
+    fn give_back(&self, objs: &Objects, ino: u64, before: &[(usize, u64)]) {
+        for &(dev, had) in before {
+            if let Ok(Some(f)) = self.object(objs, dev, ino, false) {
+                let _ = f.set_len(had);
+                // Blocks kept past the end (FALLOC_FL_KEEP_SIZE) go too.
+                // SAFETY: plain syscall on an owned descriptor.
+                unsafe {
+                    libc::fallocate(
+                        f.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        had as i64,
+                        i64::MAX - had as i64,
+                    )
+                };
+            }
+        }
     }
 
     /// fdatasync of every object file of the inode, open or not: data written through a

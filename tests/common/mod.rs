@@ -183,14 +183,7 @@ impl TestVolume {
         let pid = self.daemon_pid();
         // SAFETY: plain syscalls.
         unsafe { libc::kill(pid, libc::SIGKILL) };
-        let start = Instant::now();
-        while Path::new(&format!("/proc/{pid}")).exists()
-            && start.elapsed() < Duration::from_secs(10)
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        lazy_umount(&self.mnt);
-        self.mounted = false;
+        self.forget_dead_daemon(pid);
     }
 
     /// The daemon `pid` died (a crash it was made to have): waits for it to be gone and clears
