@@ -322,7 +322,11 @@ fn free_bytes(dir: &Path) -> u64 {
 }
 
 fn fallocate(path: &Path, len: u64) -> std::io::Result<()> {
-    let f = OpenOptions::new().create(true).write(true).open(path)?;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
     // SAFETY: plain syscall on an open file.
     match unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, len as i64) } {
         0 => Ok(()),
