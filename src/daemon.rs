@@ -338,6 +338,10 @@ fn serve(
                 let mut last = Instant::now();
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(tick) {
                     engine.volume.check_devices();
+                    // `-o remount,ro` reaches the kernel, not us: write no access times then.
+                    if let Some(m) = mount_at(&engine.mountpoint) {
+                        engine.set_read_only(m.options.split(',').any(|o| o == "ro"));
+                    }
                     if last.elapsed() >= interval {
                         last = Instant::now();
                         if let Err(e) = engine.sync_all() {
@@ -561,9 +565,17 @@ fn unescape_mountinfo(field: &str) -> Vec<u8> {
     out
 }
 
-/// The filesystem type and source of the topmost mount on `path`, from mountinfo. The path
-/// itself cannot be resolved on a dead mount, so its parent is.
-fn mount_at(path: &Path) -> Option<(String, String)> {
+/// The topmost mount on a path, as mountinfo lists it.
+struct MountEntry {
+    fstype: String,
+    source: String,
+    /// The mount's own options (`ro,nosuid,...`).
+    options: String,
+}
+
+/// The topmost mount on `path`, from mountinfo. The path itself cannot be resolved on a dead
+/// mount, so its parent is.
+fn mount_at(path: &Path) -> Option<MountEntry> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::path::absolute(path).ok()?;
     let resolved = match (path.parent(), path.file_name()) {
@@ -574,14 +586,14 @@ fn mount_at(path: &Path) -> Option<(String, String)> {
     // The last listed is the topmost.
     info.lines().rev().find_map(|line| {
         let (mount, fs) = line.split_once(" - ")?;
-        let point = mount.split(' ').nth(4)?;
+        let mut fields = mount.split(' ').skip(4);
+        let (point, options) = (fields.next()?, fields.next()?);
         let mut fs = fs.split(' ');
         let (fstype, source) = (fs.next()?, fs.next()?);
-        (unescape_mountinfo(point) == resolved.as_os_str().as_bytes()).then(|| {
-            (
-                fstype.to_string(),
-                String::from_utf8_lossy(&unescape_mountinfo(source)).into_owned(),
-            )
+        (unescape_mountinfo(point) == resolved.as_os_str().as_bytes()).then(|| MountEntry {
+            fstype: fstype.to_string(),
+            source: String::from_utf8_lossy(&unescape_mountinfo(source)).into_owned(),
+            options: options.to_string(),
         })
     })
 }
@@ -615,7 +627,7 @@ pub fn clear_dead_mount(path: &Path) -> Result<Option<String>> {
     if !is_dead_mount(path) {
         return Ok(None);
     }
-    let Some((fstype, source)) = mount_at(path) else {
+    let Some(MountEntry { fstype, source, .. }) = mount_at(path) else {
         return Err(Error::Usage(format!(
             "{}: transport endpoint is not connected, but no mount is listed there",
             path.display()

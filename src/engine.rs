@@ -29,6 +29,8 @@ pub struct Engine {
     /// past the size (growing, writing past it) cuts first; while any is left the stop is not
     /// marked clean, so the next mount's sweep trims them.
     pending_cuts: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Mounted, or since remounted, read-only (the kernel refuses writes; we write nothing).
+    read_only: std::sync::atomic::AtomicBool,
     started: Instant,
     pub mountpoint: PathBuf,
 }
@@ -359,15 +361,6 @@ impl Engine {
         let ns = Arc::new(Namespace::open(&ns_path)?);
         // A read-only mount writes nothing: no access times, no clean flag, no sweep.
         let read_only = config.mount.read_only;
-        ns.set_policy(crate::namespace::Policy {
-            atime: if read_only {
-                mountcfg::Atime::Never
-            } else {
-                config.mount.atime
-            },
-            nodiratime: config.mount.nodiratime,
-            durable_changes: config.mount.sync || config.mount.dirsync,
-        });
         if ns.uuid() != volume.uuid() {
             return Err(Error::Usage(format!(
                 "namespace store {} belongs to volume {}, but the devices are volume {}",
@@ -388,7 +381,9 @@ impl Engine {
         let volume = Arc::new(volume);
         let rescue = crate::rescue::path(&ns_path);
         if read_only {
-            return Engine::read_only(config, volume, ns, &rescue, mountpoint);
+            let engine = Engine::read_only(config, volume, ns, &rescue, mountpoint)?;
+            engine.set_read_only(true);
+            return Ok(engine);
         }
         if !ns.was_clean()? {
             sweep_after_crash(&volume, &ns, &inodes)?;
@@ -416,7 +411,31 @@ impl Engine {
                 None
             }
         };
-        Engine::assemble(config, volume, ns, caching, mountpoint)
+        let engine = Engine::assemble(config, volume, ns, caching, mountpoint)?;
+        engine.set_read_only(false);
+        Ok(engine)
+    }
+
+    /// The namespace's policy for a mount that is (or was remounted) read-only or not: a
+    /// read-only mount writes no access times, so the daemon writes nothing.
+    pub fn set_read_only(&self, read_only: bool) {
+        let m = &self.config.mount;
+        let read_only = read_only || m.read_only;
+        let was = self
+            .read_only
+            .swap(read_only, std::sync::atomic::Ordering::Relaxed);
+        if was != read_only {
+            log::info!("read-only: {read_only}");
+        }
+        self.ns.set_policy(crate::namespace::Policy {
+            atime: if read_only {
+                mountcfg::Atime::Never
+            } else {
+                m.atime
+            },
+            nodiratime: m.nodiratime,
+            durable_changes: m.sync || m.dirsync,
+        });
     }
 
     /// A read-only mount: served from the devices as they are (the cache, if configured, is
@@ -463,6 +482,7 @@ impl Engine {
                 .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
             commit_lock: parking_lot::Mutex::new(()),
             pending_cuts: Default::default(),
+            read_only: Default::default(),
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
         })
@@ -1018,7 +1038,7 @@ impl Engine {
             options: Options {
                 allow_other: m.allow_other,
                 default_permissions: m.default_permissions,
-                read_only: m.read_only,
+                read_only: self.read_only.load(std::sync::atomic::Ordering::Relaxed),
                 threads: m.fuse_threads(self.caching.is_some()),
                 io_engine: self.volume.engine_kind().name().into(),
                 io_threads: m.io_threads,

@@ -68,33 +68,46 @@ fn aligned(data: &[u8]) -> (Vec<u8>, usize) {
     (buf, at)
 }
 
-/// Overwrites one page of `path` at `page` through a shared mapping, then msync.
+/// Overwrites one page of `path` at `page` through a shared mapping, then msync. In a child
+/// process: touching a mapping whose daemon was just killed raises SIGBUS, which must end the
+/// child, not the test.
 fn mmap_write(path: &Path, page: usize, data: &[u8; 4096]) -> std::io::Result<()> {
     let f = OpenOptions::new().read(true).write(true).open(path)?;
     let len = f.metadata()?.len() as usize;
-    // SAFETY: a shared mapping of a file we hold open, written inside its length, unmapped
-    // before return.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: the child runs only syscalls and a copy into the mapping, then _exit; the
+    // parent waits for it.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-        );
-        if p == libc::MAP_FAILED {
+        let child = libc::fork();
+        if child < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        std::ptr::copy_nonoverlapping(data.as_ptr(), (p as *mut u8).add(page * 4096), 4096);
-        let r = libc::msync(p, len, libc::MS_SYNC);
-        let e = std::io::Error::last_os_error();
-        libc::munmap(p, len);
-        if r != 0 {
-            return Err(e);
+        if child == 0 {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                libc::_exit(1);
+            }
+            std::ptr::copy_nonoverlapping(data.as_ptr(), (p as *mut u8).add(page * 4096), 4096);
+            let ok = libc::msync(p, len, libc::MS_SYNC) == 0;
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        let mut status = 0;
+        libc::waitpid(child, &mut status, 0);
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "mmap writer ended with {status:#x}"
+            )))
         }
     }
-    Ok(())
 }
 
 /// Runs until an operation fails (the daemon died) or `stop`; records only acknowledged state.

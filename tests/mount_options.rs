@@ -203,3 +203,42 @@ fn a_read_only_mount_writes_nothing_not_even_access_times() {
     assert_eq!(atime(&v.path("f")), before, "an access time moved");
     v.umount();
 }
+
+/// After `-o remount,ro` the daemon learns it (from mountinfo, within its one-second tick)
+/// and writes no access time; `remount,rw` brings them back.
+#[test]
+fn a_volume_remounted_read_only_writes_no_access_times() {
+    let atime = |p: &std::path::Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    let mut v = TestVolume::new(1, "8K", "[mount]\nattr_timeout = \"0s\"\n");
+    v.mount_with(&["-o", "strictatime"]);
+    fs::write(v.path("f"), b"data").unwrap();
+    let before = atime(&v.path("f"));
+    stripefs_ok(&["mount", "-o", "remount,ro", v.mnt_str()]);
+    // The daemon's tick is a second: wait for the status to say so, bounded.
+    let start = std::time::Instant::now();
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+        if status["options"]["read_only"] == true {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never noticed: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(fs::read(v.path("f")).unwrap(), b"data");
+    stripefs_ok(&["mount", "-o", "remount,rw", v.mnt_str()]);
+    v.umount();
+    v.mount();
+    assert_eq!(
+        atime(&v.path("f")),
+        before,
+        "an access time moved while read-only"
+    );
+    v.umount();
+}
