@@ -774,7 +774,15 @@ impl Engine {
         }
         let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
-        let _shared = lock.read();
+        // A punch forgets the file's cached lines after writing them back: alone, so no write
+        // (mmap or writeback-cache flushes do not hold the kernel's inode lock) dirties a line
+        // in between and is forgotten with it.
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let (_shared, _alone) = if punch {
+            (None, Some(lock.write()))
+        } else {
+            (Some(lock.read()), None)
+        };
         let (inode, layout) = self.file(ino)?;
         self.check_size(&layout, end)?;
         if end > inode.size {
