@@ -125,16 +125,6 @@ fn a_namespace_directory_holding_other_files_is_refused() {
     );
 }
 
-/// `cmd` as the user `tests` (no supplementary groups), on an allow_other mount.
-fn as_tests(cmd: &[&str]) -> std::process::Output {
-    run_with_timeout(
-        std::process::Command::new("setpriv")
-            .args(["--reuid=tests", "--regid=tests", "--clear-groups"])
-            .args(cmd),
-        std::time::Duration::from_secs(30),
-    )
-}
-
 fn mode_of(p: &std::path::Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     fs::metadata(p).unwrap().permissions().mode() & 0o7777

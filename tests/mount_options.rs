@@ -18,19 +18,6 @@ fn findmnt_options(v: &TestVolume) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn as_user(user: &str, cmd: &[&str]) -> std::process::Output {
-    run_with_timeout(
-        Command::new("setpriv")
-            .args([
-                &format!("--reuid={user}"),
-                &format!("--regid={user}"),
-                "--clear-groups",
-            ])
-            .args(cmd),
-        Duration::from_secs(30),
-    )
-}
-
 #[test]
 fn nosuid_nodev_noexec_reach_the_kernel_and_hold() {
     let mut v = TestVolume::new(1, "8K", "[mount]\nallow_other = true\n");
@@ -44,7 +31,7 @@ fn nosuid_nodev_noexec_reach_the_kernel_and_hold() {
     let id = v.path("id");
     fs::copy("/usr/bin/id", &id).unwrap();
     fs::set_permissions(&id, fs::Permissions::from_mode(0o4755)).unwrap();
-    let out = as_user("tests", &[id.to_str().unwrap(), "-u"]);
+    let out = as_tests(&[id.to_str().unwrap(), "-u"]);
     assert!(!out.status.success(), "noexec let it run: {out:?}");
     // A device node cannot be opened (nodev).
     let null = v.path("null");
@@ -61,14 +48,14 @@ fn nosuid_nodev_noexec_reach_the_kernel_and_hold() {
     // By default (nosuid): the program runs, as its caller.
     v.mount_with(&[]);
     assert!(findmnt_options(&v).split(',').any(|o| o == "nosuid"));
-    let out = as_user("tests", &[id.to_str().unwrap(), "-u"]);
-    let nobody = String::from_utf8_lossy(&as_user("tests", &["id", "-u"]).stdout).to_string();
+    let out = as_tests(&[id.to_str().unwrap(), "-u"]);
+    let nobody = String::from_utf8_lossy(&as_tests(&["id", "-u"]).stdout).to_string();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), nobody, "ran as root");
     v.umount();
     // Lifted on purpose, it runs as its owner.
     v.mount_with(&["-o", "suid"]);
-    let out = as_user("tests", &[id.to_str().unwrap(), "-u"]);
+    let out = as_tests(&[id.to_str().unwrap(), "-u"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     v.umount();
 }

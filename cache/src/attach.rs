@@ -81,36 +81,26 @@ fn examine(
         Ok(h) => h,
         Err(HeaderError::Io(e)) => return Err(e.into()),
         Err(HeaderError::NotCache) => return Err(CacheError::NotCache(shown)),
-        Err(HeaderError::Blank) if cfg.reset && (cfg.discard_dirty || !cfg.holds_dirty) => {
-            return replace(
-                "its header is blank (its making was cut short) and --cache-reset was given",
-            )
-        }
-        Err(HeaderError::Blank) => {
+        Err(e @ (HeaderError::Blank | HeaderError::Damaged)) => {
+            let what = match e {
+                HeaderError::Blank => "its header is blank: a crash cut its making short",
+                _ => "its header fails its checksum",
+            };
+            // What it held cannot be read: replaced only when nothing unwritten is at stake.
+            if cfg.discard_dirty || (cfg.reset && !cfg.holds_dirty) {
+                return replace(what);
+            }
             return Err(CacheError::Damaged {
                 path: shown,
-                what: "its header is blank: a crash cut its making short".into(),
-            })
+                what: what.into(),
+            });
         }
-        Err(HeaderError::Format1 { clean: true }) => {
-            return replace(
-                "format 1 (before checksums), stopped clean, so it holds no unwritten data",
-            )
-        }
-        Err(HeaderError::Format1 { clean: false }) if !cfg.discard_dirty => {
-            return Err(CacheError::Format1(shown))
-        }
-        Err(HeaderError::Damaged) if cfg.discard_dirty || (cfg.reset && !cfg.holds_dirty) => {
-            return replace("its header is damaged and --cache-reset was given")
-        }
-        Err(HeaderError::Damaged) => {
-            return Err(CacheError::Damaged {
-                path: shown,
-                what: "its header fails its checksum".into(),
-            })
-        }
-        Err(HeaderError::Format1 { clean: false }) => {
-            return replace("format 1, not stopped clean; --discard-dirty drops what it held")
+        Err(HeaderError::Format1 { clean }) => {
+            // A clean stop wrote everything back; otherwise only --discard-dirty gives it up.
+            if clean || cfg.discard_dirty {
+                return replace("format 1 (an older stripefs, no checksums)");
+            }
+            return Err(CacheError::Format1(shown));
         }
     };
     let store = Store::open_existing(path, h.line_size, h.slots).map_err(|e| {

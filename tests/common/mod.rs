@@ -259,3 +259,13 @@ pub fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
 pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     stripefs::xattr::set(path, name, value)
 }
+
+/// `cmd` as the user `tests` (no supplementary groups; scripts/test.sh makes the user).
+pub fn as_tests(cmd: &[&str]) -> Output {
+    run_with_timeout(
+        Command::new("setpriv")
+            .args(["--reuid=tests", "--regid=tests", "--clear-groups"])
+            .args(cmd),
+        Duration::from_secs(30),
+    )
+}
