@@ -149,6 +149,9 @@ fn io_engine_choice(config: &mountcfg::Config) -> Result<stripe::EngineChoice> {
 /// A file's data lock held shared until a request completes (on whichever thread).
 type DataGuard = parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>;
 
+/// Deleted bytes worth a commit at once on a device short of space.
+const RECLAIM_NOW: u64 = 1 << 20;
+
 /// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
 fn io_error(e: std::io::Error) -> Error {
     Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
@@ -258,6 +261,7 @@ pub struct Status {
     pub pid: u32,
     pub config: PathBuf,
     pub namespace: PathBuf,
+    pub namespace_store: crate::namespace::StoreHealth,
     pub devices: Vec<DeviceStatus>,
     pub layout: String,
     pub stripe_size: u32,
@@ -841,6 +845,22 @@ impl Engine {
         self.janitor.run(move || done(me.fsync(ino)));
     }
 
+    /// Deleted files' objects go with the next commit. When they hold more than a device has
+    /// left, that commit comes now, so the next write finds their room, as ext4 reuses a
+    /// deleted file's blocks.
+    pub fn reclaim_if_short(&self) {
+        let freed = self.ns.freed_by_commit();
+        if freed < RECLAIM_NOW {
+            return;
+        }
+        let short = |s: &stripe::SpaceInfo| s.avail_bytes < freed;
+        if self.volume.space().iter().any(short) {
+            if let Err(e) = self.commit() {
+                log::warn!("could not commit to free deleted files' space: {e}");
+            }
+        }
+    }
+
     /// Makes the namespace durable, then deletes objects whose inodes are durably gone.
     pub fn commit(&self) -> Result<()> {
         let _one = self.commit_lock.lock();
@@ -906,6 +926,7 @@ impl Engine {
         if let Some(c) = &self.caching {
             c.tree_changed();
         }
+        self.reclaim_if_short();
         Ok(())
     }
 
@@ -1029,6 +1050,7 @@ impl Engine {
             pid: std::process::id(),
             config: self.config.source.clone(),
             namespace: namespace_path(&self.config),
+            namespace_store: self.ns.store_health(),
             devices,
             layout: format!(
                 "stripe_size={} width={}",

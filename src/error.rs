@@ -9,6 +9,10 @@ pub enum Error {
     Errno(i32),
     #[error("namespace store: {0}")]
     Store(String),
+    /// The namespace store cannot be written (a full or failing filesystem): changes are
+    /// refused with `errno` until it can, and those not yet durable are in memory only.
+    #[error("the namespace store cannot be written ({why}); changes not yet durable are held in memory only")]
+    StoreDown { errno: i32, why: String },
     #[error(transparent)]
     Stripe(#[from] stripe::StripeError),
     #[error(transparent)]
@@ -26,6 +30,7 @@ impl Error {
             Error::Errno(e) => *e,
             Error::Stripe(e) => e.errno(),
             Error::Store(_) => libc::EIO,
+            Error::StoreDown { errno, .. } => *errno,
             Error::Config(_) | Error::Usage(_) => libc::EINVAL,
         }
     }

@@ -319,7 +319,11 @@ impl Filesystem for StripeFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.engine.ns.unlink(parent.0, name.as_bytes()));
+        let r = self.engine.ns.unlink(parent.0, name.as_bytes());
+        if r.is_ok() {
+            self.engine.reclaim_if_short();
+        }
+        Self::empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -481,6 +485,7 @@ impl Filesystem for StripeFs {
                 if let Ok(object) = object {
                     self.engine.volume.close(object);
                 }
+                self.engine.reclaim_if_short();
                 reply.ok()
             }
             Ok(false) => reply.ok(),

@@ -237,6 +237,7 @@ fn volume_points() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|p| !p.starts_with("cache.") && *p != "rescue.save")
+        .filter(|p| !faultpoint::RECOVERED.contains(p))
         .collect()
 }
 

@@ -240,38 +240,6 @@ fn failing_write_back_keeps_lines_dirty_and_a_later_mount_writes_them() {
     v.assert_fsck_clean("after the test");
 }
 
-/// A tmpfs mounted over a directory, unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn over(dir: &Path) -> Tmpfs {
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount tmpfs over {dir:?}");
-        Tmpfs(dir.to_path_buf())
-    }
-
-    fn remount(&self, how: &str) {
-        let ok = Command::new("mount")
-            .args(["-o", &format!("remount,{how}")])
-            .arg(&self.0)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "remount {how} {:?}", self.0);
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_device_gone_read_only_still_serves_reads() {
     let root = tempfile::tempdir().unwrap();
@@ -279,7 +247,7 @@ fn a_device_gone_read_only_still_serves_reads() {
     for d in &devices {
         fs::create_dir(d).unwrap();
     }
-    let ro = Tmpfs::over(&devices[1]);
+    let ro = Tmpfs::over(&devices[1], "64m");
     let mut v = TestVolume::on(root, devices, "64K", "");
     v.mount();
     let files = one_device_files(&v, "d", 4);
@@ -310,79 +278,4 @@ fn a_device_gone_read_only_still_serves_reads() {
     }
     ro.remount("rw");
     v.umount();
-}
-
-/// Free bytes of the filesystem at `dir`.
-fn free_bytes(dir: &Path) -> u64 {
-    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
-    // SAFETY: statvfs fills the struct we pass.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    st.f_bavail * st.f_frsize
-}
-
-fn fallocate(path: &Path, len: u64) -> std::io::Result<()> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
-    // SAFETY: plain syscall on an open file.
-    match unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, len as i64) } {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
-    }
-}
-
-/// On two small devices, as the trust issue measured: `fallocate -l 40M a; rm a;
-/// fallocate -l 40M b` works (a deleted file's space is taken back at once), and a fallocate
-/// that does not fit fails with ENOSPC keeping nothing it took.
-#[test]
-fn a_full_volume_takes_back_deleted_space_and_a_failed_fallocate_keeps_nothing() {
-    let root = tempfile::tempdir().unwrap();
-    let devices: Vec<_> = (0..2).map(|i| root.path().join(format!("d{i}"))).collect();
-    let meta = root.path().join("meta");
-    fs::create_dir(&meta).unwrap();
-    let mut small = Vec::new();
-    for d in &devices {
-        fs::create_dir(d).unwrap();
-        small.push(Tmpfs::over(d));
-    }
-    let mut v = TestVolume::on(
-        root,
-        devices.clone(),
-        "64K",
-        &format!("meta = \"{}\"\n", meta.display()),
-    );
-    v.mount();
-    let free = |d: &Path| free_bytes(d);
-    fallocate(&v.path("a"), 80 << 20).unwrap();
-    fs::remove_file(v.path("a")).unwrap();
-    fallocate(&v.path("b"), 80 << 20).unwrap();
-    assert_eq!(fs::metadata(v.path("b")).unwrap().len(), 80 << 20);
-    fs::remove_file(v.path("b")).unwrap();
-    // Device 1 nearly full (ballast beside the volume's files): a 60 MiB fallocate fits on
-    // device 0 (30 MiB there) but not on device 1; device 0 must not keep its share.
-    File::open(&v.mnt).unwrap().sync_all().unwrap();
-    fs::write(devices[1].join("ballast"), vec![1u8; 40 << 20]).unwrap();
-    let empty = vec![free(&devices[0]), free(&devices[1])];
-    for name in ["c", "d"] {
-        // Two files: their stripes start on different devices.
-        let e = fallocate(&v.path(name), 60 << 20).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
-        assert_eq!(fs::metadata(v.path(name)).unwrap().len(), 0, "{name} grew");
-    }
-    for (d, before) in devices.iter().zip(&empty) {
-        let now = free(d);
-        assert!(
-            now + (1 << 20) >= *before,
-            "{d:?}: {} MiB taken after a failed fallocate",
-            (before - now) >> 20
-        );
-    }
-    fs::remove_file(devices[1].join("ballast")).unwrap();
-    fs::write(v.path("after"), b"the volume goes on").unwrap();
-    v.umount();
-    v.assert_fsck_clean("after filling the volume");
-    drop(small);
 }

@@ -25,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use stripe::Layout;
 use uuid::Uuid;
 
+mod reserve;
 mod store;
 mod xattrs;
 
@@ -203,17 +204,65 @@ struct State {
     doomed_objects: Vec<u64>,
     /// Object ids made obsolete since the last durable commit; doomed at the next one.
     doomed_pending: Vec<u64>,
+    /// What the files of `doomed_pending` held.
+    doomed_bytes: u64,
     changed_since_sync: bool,
+    /// Every change since the last durable commit: what a store reopened after a failed
+    /// write is written again from.
+    unsynced: Changes,
+    /// The store failed a write and could not be reopened (ENOSPC or EIO): changes are
+    /// refused until it can.
+    failed: Option<StoreDown>,
+    last_recovery: Option<std::time::Instant>,
+    recoveries: u64,
 }
 
-/// Changes one operation makes, written in one transaction.
+/// Why the store cannot be written, and the errno changes are refused with meanwhile.
+#[derive(Clone)]
+struct StoreDown {
+    errno: i32,
+    why: String,
+}
+
+impl StoreDown {
+    fn error(&self) -> Error {
+        Error::StoreDown {
+            errno: self.errno,
+            why: self.why.clone(),
+        }
+    }
+}
+
+/// Changes one operation makes, written in one transaction; also every change since the last
+/// durable commit, which a store reopened after a failed write lacks. Keys only where memory
+/// has the value (inodes, entries); xattr values, which memory does not keep, with them.
 #[derive(Default)]
 struct Changes {
     inodes: BTreeSet<u64>,
-    dirents: Vec<(u64, Vec<u8>, Option<u64>)>,
-    xattrs: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
-    /// Inodes whose every xattr goes.
-    drop_xattrs: Vec<u64>,
+    dirents: BTreeMap<(u64, Vec<u8>), Option<u64>>,
+    xattrs: BTreeMap<(u64, Vec<u8>), Option<Vec<u8>>>,
+    /// Inodes whose every xattr goes (inode numbers are never reused: no xattr comes after).
+    drop_xattrs: BTreeSet<u64>,
+}
+
+impl Changes {
+    /// Adds `later`'s changes; where both change one key, `later`'s stands.
+    fn absorb(&mut self, later: &Changes) {
+        self.inodes.extend(&later.inodes);
+        self.dirents
+            .extend(later.dirents.iter().map(|(k, v)| (k.clone(), *v)));
+        self.xattrs
+            .extend(later.xattrs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for &ino in &later.drop_xattrs {
+            self.xattrs.retain(|(i, _), _| *i != ino);
+            self.drop_xattrs.insert(ino);
+        }
+    }
+
+    /// Bytes of xattr values held.
+    fn xattr_bytes(&self) -> usize {
+        self.xattrs.values().flatten().map(Vec::len).sum()
+    }
 }
 
 impl State {
@@ -244,7 +293,7 @@ impl State {
             Some(i) => entries.insert(name.to_vec(), i),
             None => entries.remove(name),
         };
-        ch.dirents.push((parent, name.to_vec(), ino));
+        ch.dirents.insert((parent, name.to_vec()), ino);
     }
 
     fn touch_dir(&mut self, ch: &mut Changes, dir: u64, now: Time) -> Result<()> {
@@ -282,13 +331,14 @@ impl State {
         if let Some(i) = self.inodes.remove(&ino) {
             if i.kind == Kind::File {
                 self.doomed_pending.push(i.object);
+                self.doomed_bytes += i.size;
             }
         }
         ch.inodes.insert(ino);
         self.children.remove(&ino);
         self.acls.remove(&ino);
         if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
-            ch.drop_xattrs.push(ino);
+            ch.drop_xattrs.insert(ino);
         }
         self.dirty.remove(&ino);
     }
@@ -337,7 +387,9 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 pub struct Namespace {
-    db: Database,
+    /// Replaced by a reopened store after a failed write (redb refuses all after one).
+    db: RwLock<Database>,
+    reserve: reserve::Reserve,
     /// The store's file, for messages.
     path: PathBuf,
     uuid: Uuid,
@@ -356,6 +408,17 @@ pub struct Policy {
 
 /// relatime also updates an access time this old.
 const RELATIME_MAX_AGE: i64 = 24 * 3600;
+
+/// The namespace store's state, for status output.
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreHealth {
+    /// "ok", or why changes are refused.
+    pub state: String,
+    /// Room kept beside the store so deletes commit on a full filesystem (0: spent).
+    pub reserve_bytes: u64,
+    /// Times the store was reopened and written again after a failed write.
+    pub recoveries: u64,
+}
 
 /// Counts for status output.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -433,6 +496,7 @@ impl Namespace {
         device_count: u32,
     ) -> Result<Inode> {
         check_name(name)?;
+        self.room_to_grow()?;
         self.mutate_tx(|st, ch, tx| {
             let file_layout = st.inherited_layout(parent, default_layout);
             let p = st.dir(parent)?;
@@ -513,6 +577,7 @@ impl Namespace {
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Inode> {
         check_name(newname)?;
+        self.room_to_grow()?;
         self.mutate(|st, ch| {
             let p = st.dir(newparent)?;
             if p.nlink == 0 {
@@ -769,9 +834,27 @@ impl Namespace {
         if matches!(st.inodes.get(&ino), Some(i) if i.nlink == 0) {
             let mut ch = Changes::default();
             st.free_if_unused(&mut ch, ino);
-            self.persist(&mut st, ch, Durability::None)?;
+            self.persist(&mut st, ch)?;
         }
         Ok(true)
+    }
+
+    /// How the store is doing: whether it takes changes, its reserve, how often it came back.
+    pub fn store_health(&self) -> StoreHealth {
+        let st = self.state.read();
+        StoreHealth {
+            state: match &st.failed {
+                None => "ok".into(),
+                Some(down) => down.error().to_string(),
+            },
+            reserve_bytes: self.reserve.held(),
+            recoveries: st.recoveries,
+        }
+    }
+
+    /// Bytes of deleted files that the next commit frees.
+    pub fn freed_by_commit(&self) -> u64 {
+        self.state.read().doomed_bytes
     }
 
     /// Directory entries, in name order (a snapshot for one directory stream).

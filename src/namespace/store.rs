@@ -1,8 +1,15 @@
 //! The redb store under the namespace: its tables and records, opening it (recovered and
 //! checked over an overlay before anything writes), and writing changes.
 
+use super::reserve;
 use super::xattrs::acl_bit;
 use super::*;
+
+/// Xattr values waiting for the next durable commit past this make it now: they are kept in
+/// memory until then, for a store that has to be written again after a failed write.
+const UNSYNCED_MAX: usize = 16 << 20;
+/// How often a store that could not be written again is tried.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) fn encode(inode: &Inode) -> Vec<u8> {
     bincode::serde::encode_to_vec(inode, bincode::config::standard()).expect("inode encodes")
@@ -192,13 +199,16 @@ impl Namespace {
     /// writing only once that went well.
     pub fn open(path: &Path) -> Result<Namespace> {
         let (uuid, st) = guarded(path, || load(&verified(path)?))?;
+        let reserve = reserve::Reserve::of(path);
+        reserve.give_up_if_full();
         let db = guarded(path, || {
             Database::builder()
                 .set_cache_size(STORE_CACHE)
                 .open(path)
                 .map_err(|e| open_error(path, e))
         })?;
-        Ok(Namespace::loaded(db, path, uuid, st))
+        reserve.make();
+        Ok(Namespace::loaded(db, reserve, uuid, st))
     }
 
     /// The store at `path`, checked and loaded as `open` does, with every write kept in memory:
@@ -207,14 +217,15 @@ impl Namespace {
         guarded(path, || {
             let db = verified(path)?;
             let (uuid, st) = load(&db)?;
-            Ok(Namespace::loaded(db, path, uuid, st))
+            Ok(Namespace::loaded(db, reserve::Reserve::of(path), uuid, st))
         })
     }
 
-    fn loaded(db: Database, path: &Path, uuid: Uuid, st: State) -> Namespace {
+    fn loaded(db: Database, reserve: reserve::Reserve, uuid: Uuid, st: State) -> Namespace {
         Namespace {
-            db,
-            path: path.to_path_buf(),
+            db: RwLock::new(db),
+            path: reserve.store().to_path_buf(),
+            reserve,
             uuid,
             state: RwLock::new(st),
             policy: RwLock::new(Policy::default()),
@@ -224,7 +235,7 @@ impl Namespace {
     /// Whether the last mount ended with `mark_clean` (false after a crash).
     pub fn was_clean(&self) -> Result<bool> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read()?;
+            let tx = self.db.read().begin_read()?;
             let meta = tx.open_table(META)?;
             // A store from mkfs has no flag yet: nothing ran on it, so it is clean.
             Ok(meta.get("clean")?.is_none_or(|v| v.value() == [1]))
@@ -237,7 +248,7 @@ impl Namespace {
     }
 
     pub fn cache_binding(&self) -> Result<CacheBinding> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let meta = tx.open_table(META)?;
         match meta.get("cache")? {
             None => Ok(CacheBinding::default()),
@@ -254,12 +265,19 @@ impl Namespace {
 
     pub(super) fn set_meta_durably(&self, key: &str, value: &[u8]) -> Result<()> {
         let mut st = self.state.write();
-        guarded_as("written", &self.path, || {
-            let tx = self.db.begin_write()?;
-            tx.open_table(META)?.insert(key, value)?;
-            tx.commit()?;
-            Ok(())
-        })?;
+        self.usable(&mut st)?;
+        let write = || {
+            guarded_as("written", &self.path, || {
+                let tx = self.db.read().begin_write()?;
+                tx.open_table(META)?.insert(key, value)?;
+                tx.commit()?;
+                Ok(())
+            })
+        };
+        if let Err(e) = write() {
+            self.recover(&mut st, e)?;
+            write()?;
+        }
         st.changed_since_sync = true;
         // The objects this makes safe to delete wait for the next `sync`, whose caller
         // deletes them.
@@ -283,78 +301,72 @@ impl Namespace {
         f: impl FnOnce(&mut State, &mut Changes, &WriteTransaction) -> Result<T>,
     ) -> Result<T> {
         let mut st = self.state.write();
+        self.usable(&mut st)?;
+        let mut ch = Changes::default();
+        let mut out = None;
         // A damaged page met by the write is an error for this call, not a panic of the daemon.
-        let out = guarded_as("written", &self.path, || {
-            let mut tx = self.db.begin_write()?;
+        let written = guarded_as("written", &self.path, || {
+            let db = self.db.read();
+            let mut tx = db.begin_write()?;
             tx.set_durability(Durability::None)?;
-            let mut ch = Changes::default();
-            let out = match f(&mut st, &mut ch, &tx) {
-                Ok(out) => out,
+            match f(&mut st, &mut ch, &tx) {
+                Ok(o) => out = Some(o),
                 Err(e) => {
                     tx.abort()?;
                     return Err(e);
                 }
-            };
-            self.persist_in(&mut st, ch, tx)?;
-            Ok(out)
-        })?;
-        if self.policy.read().durable_changes {
-            self.make_durable(&mut st)?;
+            }
+            self.write_changes(&mut st, &mut ch, &tx)?;
+            tx.commit()?;
+            Ok(())
+        });
+        match (written, out) {
+            (Ok(()), Some(out)) => {
+                st.changed_since_sync = true;
+                if self.policy.read().durable_changes || st.unsynced.xattr_bytes() > UNSYNCED_MAX {
+                    self.make_durable(&mut st)?;
+                }
+                Ok(out)
+            }
+            // Memory has the change and `unsynced` too: recovery writes it. If the store
+            // cannot be brought back, the change stands in memory like any change not yet
+            // durable, and the next durable point (fsync, unmount) reports the failure, as
+            // a write that fails in the page cache is reported by fsync.
+            (Err(e), Some(out)) => {
+                let _ = self.recover(&mut st, e);
+                Ok(out)
+            }
+            (Err(e), None) => Err(e),
+            (Ok(()), None) => unreachable!("a written operation has its result"),
         }
-        Ok(out)
     }
 
-    pub(super) fn persist(
-        &self,
-        st: &mut State,
-        ch: Changes,
-        durability: Durability,
-    ) -> Result<()> {
-        // A damaged page met by the write is an error for this call, not a panic of the daemon.
-        guarded_as("written", &self.path, || {
-            let mut tx = self.db.begin_write()?;
-            tx.set_durability(durability)?;
-            self.persist_in(st, ch, tx)
-        })
-    }
-
-    pub(super) fn persist_in(
-        &self,
-        st: &mut State,
-        mut ch: Changes,
-        tx: WriteTransaction,
-    ) -> Result<()> {
+    /// Writes what the inodes changed in memory only (`dirty`) and `ch`, and notes both in
+    /// `unsynced` first: if the commit fails, they are written again from there.
+    fn write_changes(&self, st: &mut State, ch: &mut Changes, tx: &WriteTransaction) -> Result<()> {
         ch.inodes.extend(std::mem::take(&mut st.dirty));
-        {
-            let mut inodes = tx.open_table(INODES)?;
-            for ino in &ch.inodes {
-                match st.inodes.get(ino) {
-                    Some(i) => inodes.insert(*ino, encode(i).as_slice())?,
-                    None => inodes.remove(*ino)?,
-                };
+        st.unsynced.absorb(ch);
+        faultpoint::fault_point!("namespace.store-write");
+        write_to(tx, st, ch)
+    }
+
+    /// A change with nothing to check first (a last close freeing an inode), not durable yet.
+    pub(super) fn persist(&self, st: &mut State, mut ch: Changes) -> Result<()> {
+        self.usable(st)?;
+        let written = guarded_as("written", &self.path, || {
+            let mut tx = self.db.read().begin_write()?;
+            tx.set_durability(Durability::None)?;
+            self.write_changes(st, &mut ch, &tx)?;
+            tx.commit()?;
+            Ok(())
+        });
+        match written {
+            Ok(()) => st.changed_since_sync = true,
+            // As in `mutate_tx`: the change stands, the next durable point reports.
+            Err(e) => {
+                let _ = self.recover(st, e);
             }
-            let mut dirents = tx.open_table(DIRENTS)?;
-            for (parent, name, ino) in &ch.dirents {
-                match ino {
-                    Some(i) => dirents.insert((*parent, name.as_slice()), *i)?,
-                    None => dirents.remove((*parent, name.as_slice()))?,
-                };
-            }
-            let mut xattrs = tx.open_table(XATTRS)?;
-            for (ino, name, value) in &ch.xattrs {
-                match value {
-                    Some(v) => xattrs.insert((*ino, name.as_slice()), v.as_slice())?,
-                    None => xattrs.remove((*ino, name.as_slice()))?,
-                };
-            }
-            for &ino in &ch.drop_xattrs {
-                xattrs.retain_in((ino, &b""[..])..(ino + 1, &b""[..]), |_, _| false)?;
-            }
-            tx.open_table(META)?
-                .insert("next_ino", st.next_ino.to_le_bytes().as_slice())?;
         }
-        tx.commit()?;
-        st.changed_since_sync = true;
         Ok(())
     }
 
@@ -366,14 +378,160 @@ impl Namespace {
     }
 
     pub(super) fn make_durable(&self, st: &mut State) -> Result<()> {
+        if st.failed.is_some() {
+            // Bringing the store back writes everything durably.
+            return self.usable(st);
+        }
         if !st.changed_since_sync && st.dirty.is_empty() {
             return Ok(());
         }
         faultpoint::fault_point!("namespace.commit");
-        self.persist(st, Changes::default(), Durability::Immediate)?;
+        let written = guarded_as("written", &self.path, || {
+            let mut tx = self.db.read().begin_write()?;
+            tx.set_durability(Durability::Immediate)?;
+            self.write_changes(st, &mut Changes::default(), &tx)?;
+            tx.commit()?;
+            Ok(())
+        });
+        match written {
+            Ok(()) => {
+                self.made_durable(st);
+                Ok(())
+            }
+            Err(e) => self.recover(st, e),
+        }
+    }
+
+    fn made_durable(&self, st: &mut State) {
         st.changed_since_sync = false;
+        st.unsynced = Changes::default();
+        st.doomed_bytes = 0;
         let pending = std::mem::take(&mut st.doomed_pending);
         st.doomed_objects.extend(pending);
-        Ok(())
+        if !self.reserve.allows_growth() {
+            log::debug!("the namespace's reserve waits for room");
+        }
     }
+
+    /// New names and xattrs need room beyond the reserve: ENOSPC once it is spent and the
+    /// filesystem has no room to make it again; deletes and other changes go on.
+    pub(super) fn room_to_grow(&self) -> Result<()> {
+        match self.reserve.allows_growth() {
+            true => Ok(()),
+            false => errno(libc::ENOSPC),
+        }
+    }
+
+    /// Refuses changes while the store is down, after one more try to bring it back (at
+    /// most one a second: reopening reads the whole store).
+    fn usable(&self, st: &mut State) -> Result<()> {
+        match &st.failed {
+            None => Ok(()),
+            Some(down) if st.last_recovery.is_some_and(|t| t.elapsed() < RETRY) => {
+                Err(down.error())
+            }
+            Some(_) => self.recover_now(st),
+        }
+    }
+
+    /// A write of the store failed (`cause`): redb refuses everything after that until it is
+    /// reopened, and the reopened store is at its last durable commit. So: give it the
+    /// reserve's room, reopen it and write every change since that commit again, durably.
+    /// What memory holds is the truth throughout; if the store cannot be brought back, changes
+    /// are refused (ENOSPC on a full filesystem, else EIO) until it can.
+    fn recover(&self, st: &mut State, cause: Error) -> Result<()> {
+        let errno = if reserve::free_bytes(&self.path) < (1 << 20) {
+            libc::ENOSPC
+        } else {
+            libc::EIO
+        };
+        log::warn!("the namespace store failed a write: {cause}; reopening it");
+        st.failed = Some(StoreDown {
+            errno,
+            why: cause.to_string(),
+        });
+        self.recover_now(st)
+    }
+
+    fn recover_now(&self, st: &mut State) -> Result<()> {
+        st.last_recovery = Some(std::time::Instant::now());
+        self.reserve.give_up();
+        let reopened = guarded_as("written", &self.path, || {
+            faultpoint::fault_point!("namespace.reopen");
+            let mut db = self.db.write();
+            // redb refuses a second handle on one file: the failed one goes first.
+            drop(std::mem::replace(&mut *db, in_memory()?));
+            *db = Database::builder()
+                .set_cache_size(STORE_CACHE)
+                .open(&self.path)
+                .map_err(|e| open_error(&self.path, e))?;
+            let mut tx = db.begin_write()?;
+            tx.set_durability(Durability::Immediate)?;
+            let again = std::mem::take(&mut st.unsynced);
+            let r = write_to(&tx, st, &again);
+            st.unsynced = again;
+            r?;
+            tx.commit()?;
+            Ok(())
+        });
+        match reopened {
+            Ok(()) => {
+                log::warn!(
+                    "the namespace store is back: {} inodes and {} names written again",
+                    st.unsynced.inodes.len(),
+                    st.unsynced.dirents.len()
+                );
+                st.failed = None;
+                st.recoveries += 1;
+                self.made_durable(st);
+                Ok(())
+            }
+            Err(e) => {
+                let down = StoreDown {
+                    errno: st.failed.as_ref().map_or(libc::EIO, |d| d.errno),
+                    why: e.to_string(),
+                };
+                log::error!("{}: changes are refused until it can", down.error());
+                st.failed = Some(down.clone());
+                Err(down.error())
+            }
+        }
+    }
+}
+
+/// Writes the current value of every key `ch` names (memory's for inodes and entries, `ch`'s
+/// own for xattrs) and the inode counter.
+fn write_to(tx: &WriteTransaction, st: &State, ch: &Changes) -> Result<()> {
+    let mut inodes = tx.open_table(INODES)?;
+    for ino in &ch.inodes {
+        match st.inodes.get(ino) {
+            Some(i) => inodes.insert(*ino, encode(i).as_slice())?,
+            None => inodes.remove(*ino)?,
+        };
+    }
+    let mut dirents = tx.open_table(DIRENTS)?;
+    for ((parent, name), ino) in &ch.dirents {
+        match ino {
+            Some(i) => dirents.insert((*parent, name.as_slice()), *i)?,
+            None => dirents.remove((*parent, name.as_slice()))?,
+        };
+    }
+    let mut xattrs = tx.open_table(XATTRS)?;
+    for ((ino, name), value) in &ch.xattrs {
+        match value {
+            Some(v) => xattrs.insert((*ino, name.as_slice()), v.as_slice())?,
+            None => xattrs.remove((*ino, name.as_slice()))?,
+        };
+    }
+    for &ino in &ch.drop_xattrs {
+        xattrs.retain_in((ino, &b""[..])..(ino + 1, &b""[..]), |_, _| false)?;
+    }
+    tx.open_table(META)?
+        .insert("next_ino", st.next_ino.to_le_bytes().as_slice())?;
+    Ok(())
+}
+
+/// A store in memory: what stands in for the file between closing and reopening it.
+fn in_memory() -> Result<Database> {
+    Ok(Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?)
 }

@@ -51,7 +51,7 @@ fn tree_survives_a_reopen_after_sync() {
 
 /// Rows of the store's xattr table for `ino`.
 fn stored_xattrs(ns: &Namespace, ino: u64) -> usize {
-    let tx = ns.db.begin_read().unwrap();
+    let tx = ns.db.read().begin_read().unwrap();
     let t = tx.open_table(XATTRS).unwrap();
     t.range((ino, &b""[..])..(ino + 1, &b""[..]))
         .unwrap()

@@ -47,7 +47,7 @@ impl State {
             }
         }
         ch.xattrs
-            .push((ino, name.to_vec(), value.map(<[u8]>::to_vec)));
+            .insert((ino, name.to_vec()), value.map(<[u8]>::to_vec));
         Ok(())
     }
 
@@ -94,8 +94,14 @@ impl Namespace {
         if !st.xattr_bytes.contains_key(&ino) || name.starts_with(INTERNAL) {
             return errno(libc::ENODATA);
         }
+        if st.failed.is_some() {
+            // The store is back at its last durable commit until it can be written again.
+            if let Some(v) = st.unsynced.xattrs.get(&(ino, name.to_vec())) {
+                return v.clone().ok_or(Error::Errno(libc::ENODATA));
+            }
+        }
         // Under the shared lock no change is half-done: the store has every one so far.
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let value = tx.open_table(XATTRS)?.get((ino, name))?;
         value
             .map(|v| v.value().to_vec())
@@ -108,7 +114,7 @@ impl Namespace {
         if !st.xattr_bytes.contains_key(&ino) {
             return Ok(Vec::new());
         }
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(XATTRS)?;
         let mut names = Vec::new();
         for row in table.range((ino, &b""[..])..(ino + 1, &b""[..]))? {
@@ -143,7 +149,7 @@ impl Namespace {
                         .entry(ino)
                         .or_default()
                         .insert(name.clone(), v.to_vec());
-                    ch.xattrs.push((ino, name, Some(v.to_vec())));
+                    ch.xattrs.insert((ino, name), Some(v.to_vec()));
                 }
                 None => {
                     if let Some(x) = st.internal.get_mut(&ino) {
@@ -152,7 +158,7 @@ impl Namespace {
                             st.internal.remove(&ino);
                         }
                     }
-                    ch.xattrs.push((ino, name, None));
+                    ch.xattrs.insert((ino, name), None);
                 }
             }
             Ok(())
@@ -182,6 +188,7 @@ impl Namespace {
         if acl::is_acl(name) {
             return errno(libc::EOPNOTSUPP);
         }
+        self.room_to_grow()?;
         self.mutate_tx(|st, ch, tx| {
             st.inode(ino)?;
             st.put_xattr(ch, tx, ino, name, Some(value), flags)?;

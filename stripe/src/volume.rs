@@ -1088,7 +1088,8 @@ fn object_rel(ino: u64) -> String {
     format!("{:02x}/{ino}", ino % FANOUT)
 }
 
-fn statvfs(path: &Path) -> io::Result<SpaceInfo> {
+/// statvfs of the filesystem holding `path`.
+pub fn statvfs(path: &Path) -> io::Result<SpaceInfo> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;

@@ -269,3 +269,59 @@ pub fn as_tests(cmd: &[&str]) -> Output {
         Duration::from_secs(30),
     )
 }
+
+/// A tmpfs of `size` (as mount(8) spells it: "64m") mounted over a directory, unmounted when
+/// dropped: a small filesystem to fill, or to turn read-only.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn over(dir: &Path, size: &str) -> Tmpfs {
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs over {dir:?}");
+        Tmpfs(dir.to_path_buf())
+    }
+
+    pub fn remount(&self, how: &str) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,{how}")])
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount {how} {:?}", self.0);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Free bytes of the filesystem at `dir`, for an unprivileged writer.
+pub fn free_bytes(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    // SAFETY: statvfs fills the struct we pass.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail * st.f_frsize
+}
+
+/// fallocate(2) of `len` bytes from 0, creating the file.
+pub fn fallocate(path: &Path, len: u64) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    // SAFETY: plain syscall on an open file.
+    match unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, len as i64) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
