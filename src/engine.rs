@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use stripe::{IoBuf, Layout, Volume};
 
+mod ranges;
+
 pub struct Engine {
     pub config: mountcfg::Config,
     pub volume: Arc<Volume>,
@@ -769,19 +771,29 @@ impl Engine {
         len: u64,
         mode: i32,
     ) -> Result<()> {
-        let supported = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
-        if mode & !supported != 0 {
+        use libc::{
+            FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+            FALLOC_FL_KEEP_SIZE as KEEP_SIZE, FALLOC_FL_PUNCH_HOLE as PUNCH,
+            FALLOC_FL_ZERO_RANGE as ZERO,
+        };
+        if mode & !(KEEP_SIZE | PUNCH | ZERO | COLLAPSE | INSERT) != 0 {
             return errno(libc::EOPNOTSUPP);
         }
-        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
-            return errno(libc::EINVAL);
+        // The combinations fallocate(2) allows.
+        match mode {
+            COLLAPSE | INSERT => {
+                return self.shift_range(caller, ino, offset, len, mode == INSERT);
+            }
+            0 | KEEP_SIZE | ZERO => {}
+            m if m == PUNCH | KEEP_SIZE || m == ZERO | KEEP_SIZE => {}
+            _ => return errno(libc::EINVAL),
         }
         let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
-        // A punch forgets the file's cached lines after writing them back: alone, so no write
-        // (mmap or writeback-cache flushes do not hold the kernel's inode lock) dirties a line
-        // in between and is forgotten with it.
-        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        // A punch or zeroing forgets the file's cached lines after writing them back: alone,
+        // so no write (mmap or writeback-cache flushes do not hold the kernel's inode lock)
+        // dirties a line in between and is forgotten with it.
+        let punch = mode & (PUNCH | ZERO) != 0;
         let (_shared, _alone) = if punch {
             (None, Some(lock.write()))
         } else {
@@ -794,32 +806,37 @@ impl Engine {
         }
         self.drop_setid(&inode, caller)?;
         // Punching past the end of file changes nothing.
-        let end_in_file = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+        let end_in_file = if mode & PUNCH != 0 {
             end.min(inode.size)
         } else {
             end
         };
-        if let (Some(c), true) = (&self.caching, mode & libc::FALLOC_FL_PUNCH_HOLE != 0) {
-            // A hole punched in the devices must not be refilled from the cache.
+        if let (Some(c), true) = (&self.caching, punch) {
+            // A hole punched (or zeroed) in the devices must not be refilled from the cache.
             c.cache.flush_object(inode.object).map_err(io_error)?;
             c.cache.forget(inode.object).map_err(io_error)?;
         }
         if end_in_file > offset {
-            let allocate = || {
+            let apply = |mode| {
                 self.volume
                     .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)
             };
-            match allocate() {
+            match apply(mode) {
                 // The space of deleted files comes back with the next commit: take it now,
                 // as ext4 reuses freed blocks at once, and try again.
-                Err(e) if e.errno() == libc::ENOSPC && mode & libc::FALLOC_FL_PUNCH_HOLE == 0 => {
+                Err(e) if e.errno() == libc::ENOSPC && mode & PUNCH == 0 => {
                     self.commit()?;
-                    allocate()?;
+                    apply(mode)?;
+                }
+                // A device's filesystem without ZERO_RANGE (tmpfs): a hole, then blocks.
+                Err(e) if e.errno() == libc::EOPNOTSUPP && mode & ZERO != 0 => {
+                    apply(PUNCH | KEEP_SIZE)?;
+                    apply(KEEP_SIZE)?;
                 }
                 r => r?,
             }
         }
-        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > inode.size {
+        if mode & KEEP_SIZE == 0 && end > inode.size {
             self.ns.note_write(ino, end)?;
         }
         Ok(())
@@ -965,7 +982,7 @@ impl Engine {
             .map_err(Error::from)
             .and_then(|()| {
                 faultpoint::fault_point!("engine.migrate-copied");
-                self.ns.switch_object(ino, object, to)
+                self.ns.switch_object(ino, object, to, inode.size)
             });
         let out = match switched {
             Ok(out) => out,

@@ -8,10 +8,10 @@ use crate::error::{Error, Result};
 use crate::namespace::{Inode, Kind, NewNode, SetAttr, Time};
 use dashmap::DashMap;
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use mountcfg::DirectIo;
 use std::ffi::OsStr;
@@ -61,7 +61,11 @@ impl StripeFs {
         FileAttr {
             ino: INodeNo(i.ino),
             size: i.size,
-            blocks: i.size.div_ceil(BLOCK as u64) * (BLOCK as u64 / 512),
+            // What the objects really take, as ext4 counts a sparse file's blocks.
+            blocks: match i.kind {
+                Kind::File => self.engine.allocated(i).div_ceil(512),
+                _ => i.size.div_ceil(BLOCK as u64) * (BLOCK as u64 / 512),
+            },
             atime: i.atime.into(),
             mtime: i.mtime.into(),
             ctime: i.ctime.into(),
@@ -729,5 +733,46 @@ impl Filesystem for StripeFs {
             .engine
             .fallocate(caller(req), ino.0, offset, length, mode);
         Self::empty(reply, r);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.engine.seek(ino.0, offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        let r =
+            self.engine
+                .copy_range(caller(req), ino_in.0, offset_in, ino_out.0, offset_out, len);
+        match r {
+            // At most COPY_MAX, far below u32::MAX.
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
     }
 }

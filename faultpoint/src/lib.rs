@@ -19,6 +19,7 @@ pub const POINTS: &[&str] = &[
     "engine.truncate-size-durable",
     "engine.commit-before-deletes",
     "engine.migrate-copied",
+    "engine.shift-copied",
     "fs.create",
     "volume.sync",
     "cache.declare-dirty",

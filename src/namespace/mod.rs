@@ -895,13 +895,18 @@ impl Namespace {
     }
 
     /// Points a file at a new copy of its data; the old objects go after the next sync.
-    pub fn switch_object(&self, ino: u64, object: u64, layout: Layout) -> Result<Inode> {
+    pub fn switch_object(&self, ino: u64, object: u64, layout: Layout, size: u64) -> Result<Inode> {
         self.mutate(|st, ch| {
             let i = st.inode_mut(ino, ch)?;
             let old = i.object;
+            let now = Time::now();
+            if i.size != size {
+                i.size = size;
+                i.mtime = now;
+            }
             i.object = object;
             i.layout = Some(layout);
-            i.ctime = Time::now();
+            i.ctime = now;
             let out = i.clone();
             st.doomed_pending.push(old);
             Ok(out)

@@ -16,4 +16,6 @@ pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::IoBuf;
 pub use layout::{Layout, SlotIo};
-pub use volume::{statvfs, DeviceHealth, Fault, ObjectInfo, SpaceInfo, Volume, DEFAULT_IO_THREADS};
+pub use volume::{
+    statvfs, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume, DEFAULT_IO_THREADS,
+};

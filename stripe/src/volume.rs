@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use uuid::Uuid;
 
+mod extents;
+pub use extents::Seek;
+
 /// An injected fault: I/O of a device fails with `errno` (for tests and drills).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fault {

@@ -1,0 +1,198 @@
+//! A file's ranges beyond read and write: where its data is (SEEK_DATA, SEEK_HOLE, st_blocks),
+//! copy_file_range, and fallocate's zeroing, collapsing and inserting.
+
+use super::{io_error, Caller, Engine};
+use crate::error::{errno, Error, Result};
+use crate::namespace::{Inode, Kind};
+use stripe::{Layout, Seek};
+
+/// The most one copy_file_range request copies: the caller loops for the rest, and a FUSE
+/// thread is not held for a whole large file.
+const COPY_MAX: u64 = 128 << 20;
+
+impl Engine {
+    /// What a file's objects take on the devices (st_blocks * 512). Lines held only by a
+    /// write-back cache are not counted until they are written back.
+    pub fn allocated(&self, inode: &Inode) -> u64 {
+        match inode.kind {
+            Kind::File if inode.size > 0 => self.volume.allocated_bytes(inode.object),
+            _ => 0,
+        }
+    }
+
+    /// lseek(2) SEEK_DATA / SEEK_HOLE (the kernel answers the other whences itself).
+    pub fn seek(&self, ino: u64, offset: i64, whence: i32) -> Result<i64> {
+        let which = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return errno(libc::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return errno(libc::ENXIO);
+        };
+        let lock = self.io_lock(ino);
+        let _shared = lock.read();
+        let (inode, layout) = self.file(ino)?;
+        if let Some(c) = &self.caching {
+            // Data only the cache holds is data too: on the devices first.
+            c.cache.flush_object(inode.object).map_err(io_error)?;
+        }
+        match self
+            .volume
+            .seek(inode.object, &layout, inode.size, offset, which)?
+        {
+            Some(at) => Ok(at as i64),
+            None => errno(libc::ENXIO),
+        }
+    }
+
+    /// copy_file_range(2) inside the volume: object to object on each device with the
+    /// backing filesystem's own copy_file_range when both files are striped alike and the
+    /// offsets fall alike in a stripe row (so XFS or btrfs devices share extents), else read
+    /// and written here; holes stay holes. Returns the bytes copied (at most `COPY_MAX`).
+    pub fn copy_range(
+        &self,
+        caller: Caller,
+        from: u64,
+        from_off: u64,
+        to: u64,
+        to_off: u64,
+        len: u64,
+    ) -> Result<u64> {
+        // Data locks in inode order: two copies the other way round do not deadlock.
+        let (first, second) = (from.min(to), from.max(to));
+        let (l1, l2) = (self.io_lock(first), self.io_lock(second));
+        let _a = l1.read();
+        let _b = (first != second).then(|| l2.read());
+        let (src, src_layout) = self.file(from)?;
+        let (dst, dst_layout) = self.file(to)?;
+        let len = len.min(src.size.saturating_sub(from_off)).min(COPY_MAX);
+        if len == 0 {
+            return Ok(0);
+        }
+        let end = to_off.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
+        if from == to && from_off < end && to_off < from_off + len {
+            return errno(libc::EINVAL);
+        }
+        self.check_size(&dst_layout, end)?;
+        if end > dst.size {
+            self.finish_cut(&dst, &dst_layout)?;
+        }
+        self.drop_setid(&dst, caller)?;
+        let row = src_layout.stripe_size as u64 * src_layout.width as u64;
+        let copied =
+            if self.caching.is_none() && src_layout == dst_layout && from_off % row == to_off % row
+            {
+                self.volume
+                    .copy_aligned(src.object, dst.object, &src_layout, from_off, to_off, len)
+                    .map_err(Error::from)
+            } else {
+                self.copy_through(&src, &src_layout, from_off, &dst, &dst_layout, to_off, len)
+            };
+        if let Err(e) = copied {
+            if end > dst.size {
+                // Nothing may show past the old end.
+                let _ = self.volume.truncate(dst.object, &dst_layout, dst.size);
+            }
+            return Err(e);
+        }
+        self.ns.note_write(to, end)?;
+        Ok(len)
+    }
+
+    /// A copy read and written here, through the cache when there is one.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_through(
+        &self,
+        src: &Inode,
+        src_layout: &Layout,
+        from_off: u64,
+        dst: &Inode,
+        dst_layout: &Layout,
+        to_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let mut buf = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK) as usize;
+            let (at, to) = (from_off + done, to_off + done);
+            match &self.caching {
+                Some(c) => {
+                    let class = c.class_of(&self.ns, src.ino);
+                    c.cache
+                        .read(src.object, at, &mut buf[..n], class)
+                        .map_err(io_error)?;
+                    if !dst.has_data {
+                        self.volume.touch(dst.object, dst_layout)?;
+                    }
+                    let class = c.class_of(&self.ns, dst.ino);
+                    c.cache
+                        .write(dst.object, to, &buf[..n], class)
+                        .map_err(io_error)?;
+                }
+                None => {
+                    self.volume
+                        .read(src.object, src_layout, at, &mut buf[..n])?;
+                    self.volume.write(dst.object, dst_layout, to, &buf[..n])?;
+                }
+            }
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// FALLOC_FL_COLLAPSE_RANGE (`insert` false) or FALLOC_FL_INSERT_RANGE: whole stripe
+    /// rows only (EINVAL otherwise, as ext4 wants whole blocks). The file is rebuilt into a
+    /// new object (extents shared where the devices can) and switched to in one durable
+    /// commit: a crash shows the file before or after, never shifted on some devices only.
+    pub(super) fn shift_range(
+        &self,
+        caller: Caller,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        insert: bool,
+    ) -> Result<()> {
+        let lock = self.io_lock(ino);
+        let _alone = lock.write();
+        let (inode, layout) = self.file(ino)?;
+        let row = layout.stripe_size as u64 * layout.width as u64;
+        let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
+        if len == 0 || offset % row != 0 || len % row != 0 {
+            return errno(libc::EINVAL);
+        }
+        // As ext4: a collapse must end before the end of file, an insert start before it.
+        let size = match insert {
+            false if end < inode.size => inode.size - len,
+            true if offset < inode.size => inode.size + len,
+            _ => return errno(libc::EINVAL),
+        };
+        self.check_size(&layout, size)?;
+        self.finish_cut(&inode, &layout)?;
+        self.drop_setid(&inode, caller)?;
+        if let Some(c) = &self.caching {
+            // The copy reads the devices: they must hold everything first.
+            c.cache.flush_object(inode.object).map_err(io_error)?;
+            c.cache.forget(inode.object).map_err(io_error)?;
+        }
+        let object = self.ns.new_object_id()?;
+        self.volume.set_layout(object, layout);
+        let switched = self
+            .volume
+            .shifted_copy(inode.object, object, &layout, offset, len, insert)
+            .map_err(Error::from)
+            .and_then(|()| {
+                faultpoint::fault_point!("engine.shift-copied");
+                self.ns.switch_object(ino, object, layout, size)
+            });
+        if let Err(e) = switched {
+            // The file still has its old object: the copy goes.
+            let _ = self.volume.remove(object);
+            self.ns.discard_object(object);
+            return Err(e);
+        }
+        self.commit()
+    }
+}
