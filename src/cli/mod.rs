@@ -1,0 +1,296 @@
+//! The command line: one binary, subcommands. The clap definition and the dispatch live here;
+//! each command group has its own module.
+
+use crate::daemon::DAEMON_ENV;
+use crate::error::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "stripefs",
+    version,
+    about = "A FUSE filesystem that stripes files RAID-0 style across backing devices",
+    after_help = "RAID-0 has no redundancy: losing one device loses the volume."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Format the devices a config lists into a new, empty volume
+    Mkfs {
+        config: PathBuf,
+        /// Overwrite devices that already hold a stripefs volume (their data is lost)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Mount a volume; returns once the mount is ready unless --foreground.
+    /// `stripefs mount -o remount,ro MOUNTPOINT` changes a mounted volume
+    Mount(volume::MountArgs),
+    /// Unmount, after the daemon has written everything back
+    Umount {
+        mountpoint: PathBuf,
+        /// Detach now even if busy; the daemon finishes when the last user leaves
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Volume status: uuid, devices, layout, files, options
+    Status {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show or set a file's or directory's layout
+    Layout {
+        #[command(subcommand)]
+        action: LayoutAction,
+    },
+    /// Restripe an existing file to a new layout, content unchanged
+    Migrate {
+        file: PathBuf,
+        #[arg(long, value_name = "SIZE")]
+        stripe_size: Option<String>,
+        #[arg(long)]
+        width: Option<u32>,
+    },
+    /// Check a volume (not mounted) for namespace and object inconsistencies
+    #[command(after_help = FSCK_EXIT_CODES)]
+    Fsck {
+        config: PathBuf,
+        /// Mend what can be mended safely
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cache targets: folders with their own cache mode
+    Target {
+        #[command(subcommand)]
+        action: TargetAction,
+    },
+    /// Cache statistics, as casadm -P shows them
+    Stats {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until Ctrl-C
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Write every dirty cache line back; returns when nothing is dirty
+    Flush { mountpoint: PathBuf },
+    /// Show or set the volume's default cache mode (wt, wb, wa, wi, wo, pt)
+    Mode {
+        mountpoint: PathBuf,
+        mode: Option<String>,
+    },
+    /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(subcommand)]
+        action: Option<crate::bench_cmd::BenchAction>,
+        /// Any directory: a stripefs mount, a backing directory, anything
+        target: Option<PathBuf>,
+        #[command(flatten)]
+        opts: crate::bench_cmd::BenchOpts,
+    },
+    /// Zero-config first contact: a 4-device volume in a temporary directory, mounted until Ctrl-C
+    Demo {
+        /// Where the demo's devices and mountpoint live
+        #[arg(long, default_value = "/tmp/stripefs-demo")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        devices: usize,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TargetAction {
+    /// Make DIR a cache target (or change it)
+    Add {
+        dir: PathBuf,
+        #[arg(long)]
+        mode: String,
+        /// Eviction priority: 0 is kept longest (default for a new target: 0; root or the
+        /// mounter only)
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this target may hold (0..1] (default for a new target: 1; root
+        /// or the mounter only)
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Never evict this target's lines (root or the mounter only)
+        #[arg(long, conflicts_with = "unpin")]
+        pin: bool,
+        /// Evict this target's lines again
+        #[arg(long)]
+        unpin: bool,
+    },
+    /// Stop caching DIR by its own setting (its dirty lines are written back first)
+    Rm { dir: PathBuf },
+    /// List the targets of a mounted volume
+    Ls {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LayoutAction {
+    /// Print the layout of PATH
+    Get {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a directory's default layout for new files (or an empty file's own)
+    Set {
+        path: PathBuf,
+        #[arg(long, value_name = "SIZE")]
+        stripe_size: Option<String>,
+        #[arg(long)]
+        width: Option<u32>,
+    },
+    /// Make a directory inherit its layout again
+    Clear { path: PathBuf },
+}
+
+mod bench;
+mod cache;
+mod layout;
+mod volume;
+
+/// Runs the CLI; returns the process exit code.
+pub fn main(args: Vec<String>) -> i32 {
+    init_logging();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match (e.use_stderr(), args.get(1).map(String::as_str)) {
+                (false, _) => 0,
+                (true, Some("fsck")) => FSCK_USAGE,
+                (true, _) => 2,
+            };
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stripefs: {e}");
+            1
+        }
+    }
+}
+
+/// `mount.stripefs SOURCE DIR [-sfnv] [-o OPTIONS]`, as mount(8) calls helpers.
+pub fn mount_helper_main(args: Vec<String>) -> i32 {
+    if std::env::var_os(DAEMON_ENV).is_some() {
+        // Re-executed as the daemon child: the arguments are already in CLI form.
+        return main(args);
+    }
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.extend(it.next().cloned()),
+            "-s" | "-f" | "-n" | "-v" => {}
+            _ => positional.push(a.clone()),
+        }
+    }
+    if positional.len() != 2 {
+        eprintln!("usage: mount.stripefs CONFIG MOUNTPOINT [-o OPTIONS]");
+        return 2;
+    }
+    let mut full = vec![
+        "stripefs".into(),
+        "mount".into(),
+        positional[0].clone(),
+        positional[1].clone(),
+    ];
+    if !options.is_empty() {
+        full.push("-o".into());
+        full.push(options.join(","));
+    }
+    main(full)
+}
+
+fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .try_init();
+}
+
+fn run(command: Command) -> Result<i32> {
+    match command {
+        Command::Mkfs { config, force } => volume::mkfs(&config, force).map(|()| 0),
+        Command::Mount(args) => volume::mount(args),
+        Command::Umount { mountpoint, lazy } => volume::umount(&mountpoint, lazy),
+        Command::Status { mountpoint, json } => volume::status(&mountpoint, json),
+        Command::Layout { action } => layout::layout(action).map(|()| 0),
+        Command::Migrate {
+            file,
+            stripe_size,
+            width,
+        } => layout::migrate(&file, stripe_size, width),
+        Command::Fsck {
+            config,
+            repair,
+            json,
+        } => volume::fsck(&config, repair, json),
+        Command::Demo { dir, devices } => volume::demo(&dir, devices).map(|()| 0),
+        Command::Target { action } => cache::target(action).map(|()| 0),
+        Command::Stats {
+            mountpoint,
+            json,
+            watch,
+        } => cache::stats(&mountpoint, json, watch).map(|()| 0),
+        Command::Flush { mountpoint } => cache::flush(&mountpoint).map(|()| 0),
+        Command::Mode { mountpoint, mode } => cache::mode(&mountpoint, mode),
+        Command::Bench {
+            action,
+            target,
+            opts,
+        } => bench::bench(action, target, opts),
+    }
+}
+
+/// `stripefs fsck` exit codes, e2fsck's (fsck(8)): no problems.
+pub const FSCK_CLEAN: i32 = 0;
+/// Problems found, and all of them repaired.
+pub const FSCK_REPAIRED: i32 = 1;
+/// Problems left as they were (no --repair, or none that can be repaired safely).
+pub const FSCK_LEFT: i32 = 4;
+/// Operational error: the volume could not be checked.
+pub const FSCK_ERROR: i32 = 8;
+/// Usage error: bad arguments.
+pub const FSCK_USAGE: i32 = 16;
+
+const FSCK_EXIT_CODES: &str = "Exit codes, as e2fsck's:
+   0  no problems found
+   1  problems found, and all of them repaired (--repair)
+   4  problems left unrepaired: without --repair, or beyond what can be mended safely
+   8  operational error: the volume could not be checked (a device's superblock or the
+      namespace store is missing, damaged or another volume's; the volume is mounted; a bad
+      config); nothing was written
+  16  usage error: bad arguments";
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
