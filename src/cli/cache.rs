@@ -1,46 +1,49 @@
 //! Cache commands: target add/rm/ls, stats, flush, mode.
 
-use super::{human_bytes, TargetAction};
-use crate::control::PREFIX;
+use super::resolve::resolve;
+use super::{human_bytes, refusal, TargetAction};
 use crate::error::{Error, Result};
 use crate::xattr;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub fn mode(mountpoint: &Path, mode: Option<String>) -> Result<i32> {
-    has_cache(mountpoint)?;
-    let key = format!("{PREFIX}mode");
-    if let Some(m) = mode {
-        xattr::set(mountpoint, &key, m.as_bytes()).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => {
-                Error::Usage(format!("mode {m}: must be wt, wb, wa, wi, wo or pt"))
-            }
-            _ => xattr::explain(mountpoint, "mode", e),
-        })?;
+pub fn mode(path: &Path, mode: Option<String>) -> Result<i32> {
+    let root = has_cache(path)?;
+    if let Some(m) = &mode {
+        xattr::control_set(&root, "mode", m.as_bytes()).map_err(refusal("mode", &root, "mode"))?;
     }
-    let now = xattr::get(mountpoint, &key).map_err(|e| xattr::explain(mountpoint, "mode", e))?;
+    let now = xattr::control_get(&root, "mode").map_err(refusal("mode", &root, "mode"))?;
     println!(
-        "{}: default cache mode {}",
-        mountpoint.display(),
-        String::from_utf8_lossy(&now)
+        "{}: default cache mode {}{}",
+        root.display(),
+        String::from_utf8_lossy(&now),
+        if mode.is_some() { " (changed)" } else { "" }
     );
     Ok(0)
 }
 
-/// Fails unless `mountpoint` is a stripefs mount with a cache.
-fn has_cache(mountpoint: &Path) -> Result<serde_json::Value> {
-    let status = xattr::volume_status(mountpoint)?;
+/// The root of the stripefs mount `path` is on, which must have a cache.
+fn has_cache(path: &Path) -> Result<PathBuf> {
+    let root = resolve(path)?.root;
+    let status = xattr::volume_status(&root)?;
     if status["cache"].is_null() {
         return Err(Error::Usage(format!(
             "{} has no cache (add a [cache] section to its config)",
-            mountpoint.display()
+            root.display()
         )));
     }
-    Ok(status)
+    Ok(root)
+}
+
+/// The folder targets of the volume mounted at `root`, as the daemon lists them.
+fn target_list(root: &Path, command: &str) -> Result<serde_json::Value> {
+    let raw = xattr::control_get(root, "targets").map_err(refusal(command, root, "targets"))?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("bad target list from the daemon: {e}")))
 }
 
 pub fn target(action: TargetAction) -> Result<()> {
-    let key = format!("{PREFIX}cache");
     match action {
         TargetAction::Add {
             dir,
@@ -71,22 +74,54 @@ pub fn target(action: TargetAction) -> Result<()> {
             if pin || unpin {
                 value += &format!(" pinned={}", u8::from(pin));
             }
-            xattr::set(&dir, &key, value.as_bytes())
-                .map_err(|e| xattr::explain(&dir, "cache", e))?;
-            let now = xattr::get(&dir, &key).map_err(|e| xattr::explain(&dir, "cache", e))?;
+            resolve(&dir)?;
+            xattr::control_set(&dir, "cache", value.as_bytes()).map_err(refusal(
+                "target add",
+                &dir,
+                "cache",
+            ))?;
+            let now =
+                xattr::control_get(&dir, "cache").map_err(refusal("target add", &dir, "cache"))?;
             println!("{}: {}", dir.display(), String::from_utf8_lossy(&now));
             Ok(())
         }
-        TargetAction::Rm { dir } => xattr::remove(&dir, &key).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODATA) => Error::Usage(format!("{} is not a cache target", dir.display())),
-            _ => xattr::explain(&dir, "cache", e),
-        }),
+        TargetAction::Rm { dir } => {
+            let root = has_cache(&dir)?;
+            let was =
+                xattr::control_get(&dir, "cache").map_err(refusal("target rm", &dir, "cache"))?;
+            let ino = std::fs::metadata(&dir).map(|m| m.ino()).ok();
+            let listed = target_list(&root, "target rm")?;
+            let entry = listed
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|t| t["inode"].as_u64().is_some() && t["inode"].as_u64() == ino)
+                .cloned();
+            xattr::control_remove(&dir, "cache").map_err(refusal("target rm", &dir, "cache"))?;
+            println!(
+                "{}: no longer a cache target (it was {}); its dirty lines were written back, \
+                 and its files now follow the enclosing target or the volume default",
+                dir.display(),
+                String::from_utf8_lossy(&was)
+            );
+            if let Some(t) = entry.filter(|t| t["from_config"].as_bool() == Some(true)) {
+                let config = xattr::volume_status(&root)
+                    .ok()
+                    .and_then(|s| s["config"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "the volume's config".into());
+                eprintln!(
+                    "stripefs: warning: {} is a target of the config ([[cache.target]] path = \
+                     \"{}\" in {config}): it comes back at the next mount; remove it from the \
+                     config for good",
+                    dir.display(),
+                    t["path"].as_str().unwrap_or("?"),
+                );
+            }
+            Ok(())
+        }
         TargetAction::Ls { mountpoint, json } => {
-            has_cache(&mountpoint)?;
-            let raw = xattr::get(&mountpoint, &format!("{PREFIX}targets"))
-                .map_err(|e| xattr::explain(&mountpoint, "targets", e))?;
-            let list: serde_json::Value = serde_json::from_slice(&raw)
-                .map_err(|e| Error::Usage(format!("bad target list from the daemon: {e}")))?;
+            let root = has_cache(&mountpoint)?;
+            let list = target_list(&root, "target ls")?;
             if json {
                 println!(
                     "{}",
@@ -121,13 +156,15 @@ pub fn target(action: TargetAction) -> Result<()> {
 }
 
 fn read_stats(mountpoint: &Path) -> Result<serde_json::Value> {
-    let raw = xattr::get(mountpoint, &format!("{PREFIX}stats"))
-        .map_err(|e| xattr::explain(mountpoint, "stats", e))?;
+    let raw =
+        xattr::control_get(mountpoint, "stats").map_err(refusal("stats", mountpoint, "stats"))?;
     serde_json::from_slice(&raw)
         .map_err(|e| Error::Usage(format!("bad statistics from the daemon: {e}")))
 }
 
-pub fn stats(mountpoint: &Path, json: bool, watch: bool) -> Result<()> {
+pub fn stats(path: &Path, json: bool, watch: bool) -> Result<()> {
+    let root = resolve(path)?.root;
+    let mountpoint = root.as_path();
     loop {
         let status = xattr::volume_status(mountpoint)?;
         let cache = if status["cache"].is_null() {
@@ -282,8 +319,9 @@ fn print_stats(s: &serde_json::Value) {
     }
 }
 
-pub fn flush(mountpoint: &Path) -> Result<()> {
-    has_cache(mountpoint)?;
+pub fn flush(path: &Path) -> Result<()> {
+    let root = has_cache(path)?;
+    let mountpoint = root.as_path();
     let dirty = |s: &serde_json::Value| s["dirty_lines"].as_u64().unwrap_or(0);
     let start = dirty(&read_stats(mountpoint)?);
     let bar = indicatif::ProgressBar::new(start.max(1));
@@ -293,7 +331,8 @@ pub fn flush(mountpoint: &Path) -> Result<()> {
             .progress_chars("=> "),
     );
     let target = mountpoint.to_path_buf();
-    let worker = std::thread::spawn(move || xattr::set(&target, &format!("{PREFIX}flush"), b"1"));
+    // The daemon keeps a refusal's reason for the requesting thread: the worker reads it.
+    let worker = std::thread::spawn(move || xattr::control_set(&target, "flush", b"1"));
     while !worker.is_finished() {
         if let Ok(s) = read_stats(mountpoint) {
             bar.set_position(start.saturating_sub(dirty(&s)));
@@ -304,12 +343,7 @@ pub fn flush(mountpoint: &Path) -> Result<()> {
         .join()
         .map_err(|_| Error::Usage("flush thread panicked".into()))?;
     bar.finish_and_clear();
-    r.map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            Error::Usage("only root or the user who mounted may flush the volume".into())
-        }
-        _ => Error::Usage(format!("flush {}: {e}", mountpoint.display())),
-    })?;
+    r.map_err(refusal("flush", mountpoint, "flush"))?;
     let left = dirty(&read_stats(mountpoint)?);
     println!(
         "{}: flushed {start} dirty lines; {left} dirty now",

@@ -1,17 +1,17 @@
 //! Layout commands: layout get/set/clear, migrate.
 
-use super::LayoutAction;
-use crate::control::PREFIX;
+use super::resolve::resolve;
+use super::{refusal, LayoutAction};
 use crate::error::{Error, Result};
 use crate::xattr;
 use std::path::Path;
 
 pub fn migrate(file: &Path, stripe_size: Option<String>, width: Option<u32>) -> Result<i32> {
     let spec = layout_spec(stripe_size, width)?;
-    xattr::set(file, &format!("{PREFIX}migrate"), spec.as_bytes())
-        .map_err(|e| xattr::explain(file, "migrate", e))?;
-    let now = xattr::get(file, &format!("{PREFIX}layout"))
-        .map_err(|e| xattr::explain(file, "layout", e))?;
+    resolve(file)?;
+    xattr::control_set(file, "migrate", spec.as_bytes())
+        .map_err(refusal("migrate", file, "migrate"))?;
+    let now = xattr::control_get(file, "layout").map_err(refusal("migrate", file, "layout"))?;
     println!("{}: {}", file.display(), String::from_utf8_lossy(&now));
     Ok(0)
 }
@@ -44,8 +44,12 @@ fn layout_spec(stripe_size: Option<String>, width: Option<u32>) -> Result<String
 pub fn layout(action: LayoutAction) -> Result<()> {
     match action {
         LayoutAction::Get { path, json } => {
-            let raw = xattr::get(&path, &format!("{PREFIX}layout.json"))
-                .map_err(|e| xattr::explain(&path, "layout", e))?;
+            resolve(&path)?;
+            let raw = xattr::control_get(&path, "layout.json").map_err(refusal(
+                "layout get",
+                &path,
+                "layout",
+            ))?;
             let info: serde_json::Value = serde_json::from_slice(&raw)
                 .map_err(|e| Error::Usage(format!("bad layout from the daemon: {e}")))?;
             if json {
@@ -85,14 +89,38 @@ pub fn layout(action: LayoutAction) -> Result<()> {
             width,
         } => {
             let spec = layout_spec(stripe_size, width)?;
-            xattr::set(&path, &format!("{PREFIX}layout"), spec.as_bytes())
-                .map_err(|e| xattr::explain(&path, "layout", e))?;
-            let now = xattr::get(&path, &format!("{PREFIX}layout"))
-                .map_err(|e| xattr::explain(&path, "layout", e))?;
+            resolve(&path)?;
+            xattr::control_set(&path, "layout", spec.as_bytes()).map_err(refusal(
+                "layout set",
+                &path,
+                "layout",
+            ))?;
+            let now = xattr::control_get(&path, "layout").map_err(refusal(
+                "layout set",
+                &path,
+                "layout",
+            ))?;
             println!("{}: {}", path.display(), String::from_utf8_lossy(&now));
             Ok(())
         }
-        LayoutAction::Clear { path } => xattr::remove(&path, &format!("{PREFIX}layout"))
-            .map_err(|e| xattr::explain(&path, "layout", e)),
+        LayoutAction::Clear { path } => {
+            resolve(&path)?;
+            xattr::control_remove(&path, "layout").map_err(refusal(
+                "layout clear",
+                &path,
+                "layout",
+            ))?;
+            let now = xattr::control_get(&path, "layout").map_err(refusal(
+                "layout clear",
+                &path,
+                "layout",
+            ))?;
+            println!(
+                "{}: inherits its layout again: {}",
+                path.display(),
+                String::from_utf8_lossy(&now)
+            );
+            Ok(())
+        }
     }
 }

@@ -162,7 +162,24 @@ pub enum LayoutAction {
 mod bench;
 mod cache;
 mod layout;
+pub mod resolve;
 mod volume;
+
+/// Turns a failed control request of `command` on `path` into the daemon's reason, or, when
+/// it gave none (the kernel refused before asking it), words for the errno.
+fn refusal<'a>(
+    command: &'a str,
+    path: &'a std::path::Path,
+    key: &'a str,
+) -> impl Fn(crate::xattr::Refused) -> crate::error::Error + 'a {
+    move |r| match r.reason {
+        Some(reason) => crate::error::Error::Usage(format!("{command}: {reason}")),
+        None => crate::error::Error::Usage(format!(
+            "{command}: {}",
+            crate::xattr::explain(path, key, r.error)
+        )),
+    }
+}
 
 /// Runs the CLI; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {

@@ -1,5 +1,6 @@
 //! Volume commands: mkfs, mount, umount, status, fsck, demo.
 
+use super::resolve::{find, resolve, Found};
 use super::{human_bytes, FSCK_CLEAN, FSCK_ERROR, FSCK_LEFT, FSCK_REPAIRED};
 use crate::caching::CacheReset;
 use crate::daemon::{self, Ready};
@@ -100,12 +101,25 @@ pub fn mount(args: MountArgs) -> Result<i32> {
 }
 
 pub fn umount(mountpoint: &Path, lazy: bool) -> Result<i32> {
+    // A dead mount cannot answer the handshake: the daemon module detaches it.
+    if let Found::Stripefs(m) = find(mountpoint)? {
+        let given = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
+        if given != m.root {
+            return Err(Error::Usage(format!(
+                "{} is inside the stripefs mount at {r}, not its mountpoint: `stripefs umount {r}` \
+                 unmounts the volume",
+                mountpoint.display(),
+                r = m.root.display()
+            )));
+        }
+    }
     daemon::umount(mountpoint, lazy, Duration::from_secs(600))?;
     Ok(0)
 }
 
-pub fn status(mountpoint: &Path, json: bool) -> Result<i32> {
-    let status = xattr::volume_status(mountpoint)?;
+pub fn status(path: &Path, json: bool) -> Result<i32> {
+    let root = resolve(path)?.root;
+    let status = xattr::volume_status(&root)?;
     if json {
         println!(
             "{}",

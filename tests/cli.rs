@@ -1,0 +1,222 @@
+//! The CLI as users meet it: the real binary against real mounts. Paths that are not on a
+//! stripefs mount are refused and left untouched, every refusal says why, swapped arguments
+//! are named, warnings, help, man page and completions.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Output;
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Fails with exit code 1 and `want` in its error output.
+fn refused(args: &[&str], want: &str) -> String {
+    let out = stripefs(args);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stripefs {args:?} should fail: {}{err}",
+        stdout(&out)
+    );
+    assert!(err.contains(want), "stripefs {args:?}: {err}");
+    err
+}
+
+/// Every xattr name on `path` (listxattr, not following a symlink).
+fn xattr_names(path: &Path) -> Vec<String> {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: the buffer and the string are valid for the call.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr {}", path.display());
+    buf.truncate(n as usize);
+    buf.split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+/// Item 1: every command that takes a path on a mounted volume refuses a plain directory,
+/// says what it is on instead, and leaves no `user.stripefs.*` there.
+#[test]
+fn commands_refuse_a_path_that_is_not_on_stripefs_and_touch_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("plain");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("file");
+    std::fs::write(&file, b"data").unwrap();
+    let (d, f) = (dir.to_str().unwrap(), file.to_str().unwrap());
+    let not_ours = "is not on a stripefs mount (it is on ";
+    for args in [
+        vec!["target", "add", d, "--mode", "wb"],
+        vec!["target", "rm", d],
+        vec!["target", "ls", d],
+        vec!["layout", "set", d, "--stripe-size", "128K"],
+        vec!["layout", "clear", d],
+        vec!["layout", "get", f],
+        vec!["migrate", f, "--width", "1"],
+        vec!["flush", d],
+        vec!["mode", d, "wb"],
+        vec!["stats", d],
+        vec!["status", d],
+        vec!["umount", d],
+    ] {
+        let err = refused(&args, not_ours);
+        assert!(err.contains(" mounted at /"), "{args:?}: {err}");
+    }
+    for p in [&dir, &file] {
+        let ours: Vec<String> = xattr_names(p)
+            .into_iter()
+            .filter(|n| n.starts_with("user.stripefs."))
+            .collect();
+        assert!(ours.is_empty(), "{} got {ours:?}", p.display());
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"data");
+}
+
+/// Item 2: the daemon's reason for a refusal reaches the CLI, which prints it and exits 1.
+#[test]
+fn refusals_reach_the_cli_with_their_reason() {
+    let mut v = TestVolume::new(
+        3,
+        "64K",
+        "[mount]\nallow_other = true\n[cache]\nsize = \"4M\"\nmode = \"wt\"\n",
+    );
+    v.mount();
+    let dir = v.path("dir");
+    std::fs::create_dir(&dir).unwrap();
+    let file = v.path("dir/file");
+    std::fs::write(&file, vec![7u8; 200_000]).unwrap();
+    let (d, f) = (dir.to_str().unwrap(), file.to_str().unwrap());
+
+    refused(
+        &["layout", "set", d, "--width", "5"],
+        "stripefs: layout set: width 5 must be from 1 to the number of devices (3)",
+    );
+    refused(
+        &["migrate", d, "--width", "2"],
+        "stripefs: migrate: a directory is not migrated",
+    );
+    refused(
+        &["migrate", f, "--width", "4"],
+        "stripefs: migrate: width 4 must be from 1 to the number of devices (3)",
+    );
+    refused(
+        &["layout", "set", f, "--width", "2"],
+        "stripefs: layout set: the file already holds data",
+    );
+    refused(
+        &["layout", "clear", f],
+        "stripefs: layout clear: only a directory's layout can be cleared",
+    );
+    refused(
+        &["target", "rm", d],
+        "stripefs: target rm: this directory is not a cache target",
+    );
+    // The CLI checks the mode names it knows; a raw value reaches the daemon, which says why.
+    refused(
+        &["mode", v.mnt_str(), "fast"],
+        "stripefs: mode: mode \"fast\": must be wt, wb, wa, wi, wo or pt",
+    );
+    // Nothing changed.
+    let layout = stripefs_ok(&["layout", "get", f]);
+    assert!(layout.contains("width=3"), "{layout}");
+
+    // A user who may not write the folder is refused by the kernel before the daemon hears
+    // of it: the CLI says so from the errno.
+    let bin = BIN;
+    let out = as_tests(&[bin, "target", "add", d, "--mode", "wb"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    // A user who may write it but does not own it may not make it a cache target...
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = as_tests(&[bin, "target", "add", d, "--mode", "wb"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stripefs: target add: only the folder's owner (uid 0)"),
+        "{}",
+        stderr(&out)
+    );
+    // ...and its owner chooses the mode, not the share of the cache.
+    let mine = v.path("mine");
+    std::fs::create_dir(&mine).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["tests:tests", mine.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let m = mine.to_str().unwrap();
+    let out = as_tests(&[bin, "target", "add", m, "--mode", "wb", "--priority", "0"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "stripefs: target add: priority, allocation and pinning are for root or the user \
+             who mounted"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_tests(&[bin, "flush", v.mnt_str()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only root or the user who mounted the volume"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_tests(&[bin, "target", "add", m, "--mode", "wb"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(xattr_names(&mine)
+        .iter()
+        .all(|n| !n.starts_with("user.stripefs.")));
+}
+
+/// `user.stripefs.error` hands the caller's last reason over once; a size query leaves it.
+#[test]
+fn the_error_key_hands_the_last_reason_over_once() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let dir = v.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(
+        getxattr(&dir, "user.stripefs.error")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    let e = setxattr(&dir, "user.stripefs.layout", b"width=7").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    // Read on the thread that was refused: the daemon keys reasons by it.
+    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let name = std::ffi::CString::new("user.stripefs.error").unwrap();
+    // SAFETY: a size query with no buffer.
+    let size = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    assert!(size > 0);
+    let reason = String::from_utf8(getxattr(&dir, "user.stripefs.error").unwrap()).unwrap();
+    assert_eq!(reason.len(), size as usize);
+    assert_eq!(
+        reason,
+        "user.stripefs.layout: width 7 must be from 1 to the number of devices (2)"
+    );
+    assert_eq!(
+        getxattr(&dir, "user.stripefs.error")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    // The handshake key answers on any inode.
+    let hello = String::from_utf8(getxattr(&dir, "user.stripefs.control").unwrap()).unwrap();
+    assert!(hello.starts_with("stripefs protocol=1 pid="), "{hello}");
+}
