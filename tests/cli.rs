@@ -220,3 +220,192 @@ fn the_error_key_hands_the_last_reason_over_once() {
     let hello = String::from_utf8(getxattr(&dir, "user.stripefs.control").unwrap()).unwrap();
     assert!(hello.starts_with("stripefs protocol=1 pid="), "{hello}");
 }
+
+/// Item 6: `stripefs demo` checks before it speaks, prints its hints once mounted, with the
+/// binary's real path when PATH has no `stripefs`, and lists object files, not buckets.
+#[test]
+fn demo_checks_first_then_hints_with_the_real_binary() {
+    use std::io::BufRead;
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("demo");
+    let mut first = std::process::Command::new(BIN)
+        .args(["demo", "--dir", dir.to_str().unwrap(), "--devices", "2"])
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mnt = dir.join("mnt");
+    let _guard = Unmount(mnt.clone());
+    // Read the first demo's output on a thread, so a hang fails the test instead of blocking.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = first.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            text.push_str(&line);
+            text.push('\n');
+            if line.starts_with("Ctrl-C") {
+                break;
+            }
+        }
+        let _ = tx.send(text);
+    });
+    let hints = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the demo never said it was mounted");
+    assert!(hints.contains(&format!("{BIN} layout get ")), "{hints}");
+    assert!(hints.contains(&format!("{BIN} status ")), "{hints}");
+    assert!(hints.contains("-type f"), "{hints}");
+    assert!(!hints.contains("objects/*/"), "{hints}");
+    // It is mounted now: a second demo says so at once, and prints no hints.
+    let second = stripefs(&["demo", "--dir", dir.to_str().unwrap(), "--devices", "2"]);
+    assert_eq!(second.status.code(), Some(1));
+    assert!(stdout(&second).is_empty(), "{}", stdout(&second));
+    assert!(
+        stderr(&second).contains("the demo is already mounted on"),
+        "{}",
+        stderr(&second)
+    );
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    let start = std::time::Instant::now();
+    while first.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "demo did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Detaches a mount left behind by a failed test.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if find_mount(&self.0) {
+            lazy_umount(&self.0);
+        }
+    }
+}
+
+fn find_mount(p: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let p = p.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(p))
+}
+
+/// Item 7: a directory where the config belongs is named, and swapped arguments are said to be.
+#[test]
+fn swapped_arguments_say_which_is_the_config() {
+    let v = TestVolume::new(1, "64K", "");
+    let err = refused(
+        &["mount", v.mnt_str(), v.cfg()],
+        "the arguments are swapped",
+    );
+    assert!(
+        err.contains(&format!("stripefs mount {} {}", v.cfg(), v.mnt_str())),
+        "{err}"
+    );
+    let d0 = v.devices[0].to_str().unwrap();
+    refused(
+        &["mkfs", d0],
+        "is a directory, not a config file: stripefs mkfs takes",
+    );
+    let out = stripefs(&["fsck", d0]);
+    assert_eq!(out.status.code(), Some(8));
+    assert!(stderr(&out).contains("is a directory, not a config file"));
+    let file = v.root.path().join("notes.txt");
+    std::fs::write(&file, "x").unwrap();
+    refused(
+        &["mount", v.cfg(), file.to_str().unwrap()],
+        "is a file: it must be the directory the volume appears on",
+    );
+}
+
+/// Item 8: a config mode that reaches nothing is warned about; `target rm` says what it did,
+/// and that a config target comes back at the next mount.
+#[test]
+fn ignored_mode_and_removed_config_targets_are_told() {
+    let mut v = TestVolume::new(
+        1,
+        "64K",
+        "[cache]\nsize = \"4M\"\nmode = \"wb\"\ndefault = \"targets\"\n\
+         [[cache.target]]\npath = \"/fast\"\nmode = \"wt\"\n",
+    );
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    v.umount_on_drop();
+    assert!(
+        stderr(&out).contains("cache.mode = \"wb\" is not used"),
+        "{}",
+        stderr(&out)
+    );
+    let fast = v.path("fast");
+    let out = stripefs(&["target", "rm", fast.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("no longer a cache target (it was mode=wt"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("it comes back at the next mount; remove it from the config"),
+        "{}",
+        stderr(&out)
+    );
+    // A live target goes without that warning.
+    let live = v.path("live");
+    std::fs::create_dir(&live).unwrap();
+    stripefs_ok(&["target", "add", live.to_str().unwrap(), "--mode", "wb"]);
+    let out = stripefs(&["target", "rm", live.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(!stderr(&out).contains("comes back"), "{}", stderr(&out));
+}
+
+fn statvfs_total(p: &Path) -> u64 {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: statvfs fills the zeroed struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_blocks as u64 * st.f_frsize as u64
+}
+
+/// Item 9 and the per-device view of `status`: devices on one filesystem are warned about
+/// by mkfs, mount and status, df counts that filesystem once, and status shows what each
+/// device holds beside its filesystem's space.
+#[test]
+fn devices_on_one_filesystem_are_warned_about_and_counted_once() {
+    let mut v = TestVolume::new(2, "64K", "");
+    let out = stripefs(&["mkfs", v.cfg(), "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let one_fs = "are on one filesystem: striping over them is no faster than one disk";
+    assert!(stderr(&out).contains(one_fs), "{}", stderr(&out));
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    v.umount_on_drop();
+    assert!(stderr(&out).contains(one_fs), "{}", stderr(&out));
+    // df: the backing filesystem once, not twice.
+    let backing = statvfs_total(&v.devices[0]);
+    let volume = statvfs_total(&v.mnt);
+    assert!(volume <= backing, "volume {volume} > backing {backing}");
+    assert!(volume > backing / 2, "volume {volume}, backing {backing}");
+    // 256K over two devices with 64K stripes: 128K in one object on each.
+    std::fs::write(v.path("f"), vec![1u8; 256 * 1024]).unwrap();
+    let human = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(human.contains(one_fs), "{human}");
+    for header in ["objects", "stripefs", "share", "fs size", "fs free"] {
+        assert!(human.contains(header), "{header}: {human}");
+    }
+    assert!(human.contains("50.0%"), "{human}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+    for d in 0..2 {
+        let u = &json["usage"][d];
+        assert_eq!(u["objects"], 1, "{u}");
+        assert!(u["bytes"].as_u64().unwrap() >= 128 * 1024, "{u}");
+        assert_eq!(u["shares_filesystem_with"][0], 1 - d, "{u}");
+    }
+}

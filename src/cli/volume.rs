@@ -7,7 +7,8 @@ use crate::daemon::{self, Ready};
 use crate::engine::namespace_path;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
-use crate::{fsck, xattr};
+use crate::{fsck, usage, xattr};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,7 +67,18 @@ pub fn mount(args: MountArgs) -> Result<i32> {
         (true, false) => CacheReset::Reset,
         (false, false) => CacheReset::Keep,
     };
-    let mut cfg = mountcfg::load(&config)?;
+    // The background daemon is this command again (with --ready-fd): warn once, here.
+    let mut cfg = load_config("mount", &config, Some(&mountpoint), ready_fd.is_none())?;
+    if mountpoint.is_file() {
+        return Err(Error::Usage(format!(
+            "the mountpoint {} is a file: it must be the directory the volume appears on \
+             (stripefs mount CONFIG MOUNTPOINT)",
+            mountpoint.display()
+        )));
+    }
+    if ready_fd.is_none() {
+        warn_shared_filesystems(&cfg.volume.devices);
+    }
     if let Some(o) = &options {
         daemon::apply_mount_options(&mut cfg, o)?;
     }
@@ -119,7 +131,12 @@ pub fn umount(mountpoint: &Path, lazy: bool) -> Result<i32> {
 
 pub fn status(path: &Path, json: bool) -> Result<i32> {
     let root = resolve(path)?.root;
-    let status = xattr::volume_status(&root)?;
+    let mut status = xattr::volume_status(&root)?;
+    let raw =
+        xattr::control_get(&root, "usage").map_err(super::refusal("status", &root, "usage"))?;
+    let usage: serde_json::Value = serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("bad usage from the daemon: {e}")))?;
+    status["usage"] = usage;
     if json {
         println!(
             "{}",
@@ -178,7 +195,7 @@ pub fn fsck(config: &Path, repair: bool, json: bool) -> Result<i32> {
 
 /// Loads the config and runs fsck; a panic anywhere in it is an error, not a crash.
 fn checked(config: &Path, repair: bool) -> Result<fsck::Report> {
-    let cfg = mountcfg::load(config)?;
+    let cfg = load_config("fsck", config, None, true)?;
     crate::panics::catch(|| fsck::check(&cfg, repair)).unwrap_or_else(|panic| {
         Err(Error::Usage(format!(
             "fsck stopped: internal error ({panic})"
@@ -190,8 +207,74 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-pub fn mkfs(config: &Path, force: bool) -> Result<()> {
+/// Loads the config argument of `command`. A directory there is the usual slip (the arguments
+/// swapped, or a device given): say which argument is which. The config's warnings are
+/// printed when `warn`.
+fn load_config(
+    command: &str,
+    config: &Path,
+    other: Option<&Path>,
+    warn: bool,
+) -> Result<mountcfg::Config> {
+    if config.is_dir() {
+        let c = config.display();
+        let swapped = other.filter(|o| {
+            o.is_file()
+                || o.extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+        });
+        return Err(Error::Usage(match swapped {
+            Some(o) => format!(
+                "{c} is a directory and {o} looks like a config file: the arguments are \
+                 swapped; the config file comes first: stripefs {command} {o} {c}",
+                o = o.display()
+            ),
+            None => format!(
+                "{c} is a directory, not a config file: stripefs {command} takes the volume's \
+                 config file (e.g. vol.toml, which lists the devices) as its first argument"
+            ),
+        }));
+    }
     let cfg = mountcfg::load(config)?;
+    if warn {
+        for w in &cfg.warnings {
+            eprintln!("stripefs: warning: {w}");
+        }
+    }
+    Ok(cfg)
+}
+
+/// Warns about devices that sit on one filesystem.
+fn warn_shared_filesystems(devices: &[PathBuf]) {
+    for w in shared_filesystem_warnings(devices) {
+        eprintln!("stripefs: warning: {w}");
+    }
+}
+
+fn shared_filesystem_warnings(devices: &[PathBuf]) -> Vec<String> {
+    let paths: Vec<&Path> = devices.iter().map(PathBuf::as_path).collect();
+    usage::shared_filesystems(&paths)
+        .into_iter()
+        .map(|group| {
+            let names: Vec<String> = group
+                .iter()
+                .map(|&i| format!("{i} ({})", devices[i].display()))
+                .collect();
+            format!(
+                "devices {} are on one filesystem: striping over them is no faster than one \
+                 disk, and they share its space (counted once in df and status)",
+                names.join(", ")
+            )
+        })
+        .collect()
+}
+
+pub fn mkfs(config: &Path, force: bool) -> Result<()> {
+    mkfs_with(config, force, true)
+}
+
+fn mkfs_with(config: &Path, force: bool, warn: bool) -> Result<()> {
+    let cfg = load_config("mkfs", config, None, warn)?;
     crate::engine::check_meta_dir(&cfg)?;
     let ns_path = namespace_path(&cfg);
     if cfg.volume.meta.is_some() && ns_path.exists() && !force {
@@ -219,7 +302,64 @@ pub fn mkfs(config: &Path, force: bool) -> Result<()> {
     for (i, d) in cfg.volume.devices.iter().enumerate() {
         println!("  device {i}: {}", d.display());
     }
+    if warn {
+        warn_shared_filesystems(&cfg.volume.devices);
+    }
     Ok(())
+}
+
+/// The devices as `lfs df` shows its targets: what stripefs keeps on each (objects, bytes,
+/// share of the volume's), beside the backing filesystem's size and free space; then why a
+/// device failed and what to do, and devices that share a filesystem.
+fn print_devices(s: &serde_json::Value) {
+    let usage = s["usage"].as_array().cloned().unwrap_or_default();
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let ours: u64 = usage.iter().map(|u| n(&u["bytes"])).sum();
+    let width = usage
+        .iter()
+        .map(|u| u["path"].as_str().map_or(1, str::len))
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "\n  #  {:<width$}  {:<6} {:>9} {:>11} {:>6} {:>11} {:>11}",
+        "device", "state", "objects", "stripefs", "share", "fs size", "fs free"
+    );
+    for (i, d) in s["devices"].as_array().into_iter().flatten().enumerate() {
+        let u = usage.get(i).cloned().unwrap_or_default();
+        let share = if ours == 0 {
+            0.0
+        } else {
+            100.0 * n(&u["bytes"]) as f64 / ours as f64
+        };
+        println!(
+            "  {:<2} {:<width$}  {:<6} {:>9} {:>11} {:>5.1}% {:>11} {:>11}  {}",
+            d["index"],
+            d["path"].as_str().unwrap_or("?"),
+            d["state"].as_str().unwrap_or("?").to_uppercase(),
+            n(&u["objects"]),
+            human_bytes(n(&u["bytes"])),
+            share,
+            human_bytes(n(&d["total_bytes"])),
+            human_bytes(n(&d["free_bytes"])),
+            d["emulated"].as_str().unwrap_or("")
+        );
+    }
+    for u in &usage {
+        if let Some(reason) = u["reason"].as_str() {
+            println!("\n  device {}: {reason}", u["index"]);
+            if let Some(hint) = u["hint"].as_str() {
+                println!("  hint: {hint}");
+            }
+        }
+    }
+    let devices: Vec<PathBuf> = usage
+        .iter()
+        .filter_map(|u| u["path"].as_str().map(PathBuf::from))
+        .collect();
+    for w in shared_filesystem_warnings(&devices) {
+        println!("\n  warning: {w}");
+    }
 }
 
 fn print_status(s: &serde_json::Value) {
@@ -244,26 +384,7 @@ fn print_status(s: &serde_json::Value) {
         b("capacity_bytes"),
         b("available_bytes")
     );
-    println!(
-        "\n  #  {:<40} {:>12} {:>12} {:>12}",
-        "device", "size", "used", "free"
-    );
-    for d in s["devices"].as_array().into_iter().flatten() {
-        let h = |k: &str| human_bytes(d[k].as_u64().unwrap_or(0));
-        let state = match d["state"].as_str() {
-            Some("ok") | None => String::new(),
-            Some(s) => format!("{} ", s.to_uppercase()),
-        };
-        println!(
-            "  {:<2} {:<40} {:>12} {:>12} {:>12}  {state}{}",
-            d["index"],
-            d["path"].as_str().unwrap_or("?"),
-            h("total_bytes"),
-            h("used_bytes"),
-            h("free_bytes"),
-            d["emulated"].as_str().unwrap_or("")
-        );
-    }
+    print_devices(s);
     if let Some(c) = s["cache"].as_object() {
         println!(
             "\ncache       {} {}{}, lines of {}, default mode {}: {} lines used, {} dirty, {} targets",
@@ -298,6 +419,23 @@ fn print_status(s: &serde_json::Value) {
     );
 }
 
+/// How to call this binary in a hint: `stripefs` when that is what PATH finds, else its
+/// real path (`cargo run` puts nothing on PATH).
+pub fn self_command() -> String {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("stripefs"))
+            .find(|p| p.is_file())
+            .and_then(|p| std::fs::canonicalize(p).ok())
+    });
+    match (me, on_path) {
+        (Some(me), Some(found)) if me == found => "stripefs".into(),
+        (Some(me), _) => me.display().to_string(),
+        (None, _) => "stripefs".into(),
+    }
+}
+
 pub fn demo(dir: &Path, devices: usize) -> Result<()> {
     if devices == 0 {
         return Err(Error::Usage("--devices must be at least 1".into()));
@@ -305,6 +443,30 @@ pub fn demo(dir: &Path, devices: usize) -> Result<()> {
     let io = |p: &Path, e: std::io::Error| Error::Usage(format!("{}: {e}", p.display()));
     let paths: Vec<PathBuf> = (0..devices).map(|i| dir.join(format!("dev{i}"))).collect();
     let mnt = dir.join("mnt");
+    let me = self_command();
+    // Everything is checked before anything is said: a demo already running is the usual case.
+    if mnt.is_dir() {
+        daemon::clear_mountpoint(&mnt)?;
+        if let Ok(Found::Stripefs(m)) = find(&mnt) {
+            if std::fs::canonicalize(&mnt).is_ok_and(|c| c == m.root) {
+                return Err(Error::Usage(format!(
+                    "the demo is already mounted on {} (daemon pid {}): use it, or stop it \
+                     (Ctrl-C where it runs, or `{me} umount {}`) first",
+                    m.root.display(),
+                    m.pid,
+                    m.root.display()
+                )));
+            }
+        }
+        let dev_of = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+        if dev_of(&mnt) != dev_of(dir) {
+            return Err(Error::Usage(format!(
+                "{} has something else mounted on it: unmount it, or give the demo another \
+                 --dir",
+                mnt.display()
+            )));
+        }
+    }
     for p in paths.iter().chain([&mnt]) {
         std::fs::create_dir_all(p).map_err(|e| io(p, e))?;
     }
@@ -322,20 +484,48 @@ pub fn demo(dir: &Path, devices: usize) -> Result<()> {
     let cfg = mountcfg::load(&config_path)?;
     let formatted = paths[0].join(".stripefs").join("superblock").exists();
     if !formatted {
-        mkfs(&config_path, true)?;
+        // The demo's devices share one filesystem on purpose: no warning for that here.
+        mkfs_with(&config_path, true, false)?;
     }
-    println!(
+    // The hints are printed once the mount is ready, from the daemon's readiness pipe.
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::Usage(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: both fds are ours alone, just made.
+    let (reader, ready) = unsafe {
+        (
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+            Ready::from_fd(fds[1]),
+        )
+    };
+    let hints = format!(
         "\nstripefs demo: {devices} devices under {}, mounted on {}\n\
          Try, in another terminal:\n  \
          dd if=/dev/urandom of={m}/file bs=1M count=8\n  \
-         stripefs layout get {m}/file\n  \
-         stripefs status {m}\n  \
-         ls -l {d}/dev*/.stripefs/objects/*/\n\
-         Ctrl-C unmounts; the data stays for the next `stripefs demo`.\n",
+         {me} layout get {m}/file\n  \
+         {me} status {m}\n  \
+         find {d}/dev*/.stripefs/objects -type f -ls\n\
+         The devices are directories of one filesystem here: a real volume puts each on its \
+         own disk.\n\
+         Ctrl-C unmounts; the data stays for the next `{me} demo`.\n",
         dir.display(),
         mnt.display(),
         m = mnt.display(),
         d = dir.display()
     );
-    daemon::run_foreground(cfg, &mnt, CacheReset::Keep, Ready::none())
+    let announcer = std::thread::spawn(move || {
+        let mut said = String::new();
+        let _ = std::io::Read::read_to_string(&mut { reader }, &mut said);
+        if said.starts_with("ok") {
+            println!("{hints}");
+        }
+    });
+    let r = daemon::run_foreground(cfg, &mnt, CacheReset::Keep, ready);
+    let _ = announcer.join();
+    r
 }
