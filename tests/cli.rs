@@ -409,3 +409,83 @@ fn devices_on_one_filesystem_are_warned_about_and_counted_once() {
         assert_eq!(u["shares_filesystem_with"][0], 1 - d, "{u}");
     }
 }
+
+const COMMANDS: &[&[&str]] = &[
+    &["mkfs"],
+    &["mount"],
+    &["umount"],
+    &["status"],
+    &["layout", "get"],
+    &["layout", "set"],
+    &["layout", "clear"],
+    &["migrate"],
+    &["fsck"],
+    &["target", "add"],
+    &["target", "rm"],
+    &["target", "ls"],
+    &["stats"],
+    &["flush"],
+    &["mode"],
+    &["bench"],
+    &["bench", "sweep"],
+    &["bench", "compare"],
+    &["bench", "preset"],
+    &["demo"],
+    &["man"],
+    &["completions"],
+];
+
+/// `--help` of every command ends with an example; the ranges are given where there are some.
+#[test]
+fn every_command_has_help_with_an_example() {
+    for cmd in COMMANDS {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = stripefs_ok(&args);
+        assert!(help.contains("Example:\n  stripefs "), "{cmd:?}: {help}");
+    }
+    let help = stripefs_ok(&["layout", "set", "--help"]);
+    assert!(help.contains("8K to 256K"), "{help}");
+    assert!(help.contains("1 to the number of devices"), "{help}");
+    let help = stripefs_ok(&["target", "add", "--help"]);
+    assert!(help.contains("0 to 255"), "{help}");
+    let help = stripefs_ok(&["demo", "--help"]);
+    assert!(help.contains("1 to 256"), "{help}");
+    refused_usage(&["demo", "--devices", "0"]);
+}
+
+fn refused_usage(args: &[&str]) {
+    let out = stripefs(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+}
+
+/// `stripefs man` prints a man page naming every command; `stripefs completions SHELL`
+/// completes them.
+#[test]
+fn man_page_and_completions_name_the_commands() {
+    let page = stripefs_ok(&["man"]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH stripefs 8"),
+        "{page}"
+    );
+    for cmd in COMMANDS {
+        let title = format!(".SH \"STRIPEFS {}\"", cmd.join(" ").to_uppercase());
+        assert!(page.contains(&title), "{title} missing");
+    }
+    assert!(page.contains("stripefs migrate /mnt/vol/vm/disk.img"));
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stripefs_ok(&["completions", shell]);
+        assert!(!script.is_empty(), "{shell}");
+        for word in [
+            "mkfs",
+            "migrate",
+            "target",
+            "layout",
+            "completions",
+            "stripe-size",
+        ] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    refused_usage(&["completions", "tcsh"]);
+}
