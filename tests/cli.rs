@@ -489,3 +489,33 @@ fn man_page_and_completions_name_the_commands() {
     }
     refused_usage(&["completions", "tcsh"]);
 }
+
+/// `migrate` and `fsck` show progress on a terminal, and nothing of it when stderr is not one.
+#[test]
+fn migrate_and_fsck_show_progress_on_a_terminal_only() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let f = v.path("f");
+    std::fs::write(&f, vec![5u8; 300_000]).unwrap();
+    let fs = f.to_str().unwrap();
+    let out = stripefs(&["migrate", fs, "--width", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    // On a terminal (script(1) gives the command one).
+    let on_tty = |cmd: String| {
+        run_with_timeout(
+            std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]),
+            std::time::Duration::from_secs(60),
+        )
+    };
+    let out = on_tty(format!("{BIN} migrate {fs} --width 2"));
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("migrating "), "{}", stdout(&out));
+    assert_eq!(std::fs::read(&f).unwrap(), vec![5u8; 300_000]);
+    v.umount();
+    let out = on_tty(format!("{BIN} fsck {}", v.cfg()));
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("checking "), "{}", stdout(&out));
+    let out = stripefs(&["fsck", v.cfg()]);
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}

@@ -9,8 +9,15 @@ use std::path::Path;
 pub fn migrate(file: &Path, stripe_size: Option<String>, width: Option<u32>) -> Result<i32> {
     let spec = layout_spec(stripe_size, width)?;
     resolve(file)?;
-    xattr::control_set(file, "migrate", spec.as_bytes())
-        .map_err(refusal("migrate", file, "migrate"))?;
+    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let bar = super::spinner(format!(
+        "migrating {} ({}) to {spec}",
+        file.display(),
+        super::human_bytes(size)
+    ));
+    let done = xattr::control_set(file, "migrate", spec.as_bytes());
+    bar.finish_and_clear();
+    done.map_err(refusal("migrate", file, "migrate"))?;
     let now = xattr::control_get(file, "layout").map_err(refusal("migrate", file, "layout"))?;
     println!("{}: {}", file.display(), String::from_utf8_lossy(&now));
     Ok(0)

@@ -459,3 +459,20 @@ fn man_section(
     }
     Ok(())
 }
+
+/// A spinner on stderr for long work, drawn only when stderr is a terminal.
+pub(crate) fn spinner(message: String) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message);
+    bar.tick();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}

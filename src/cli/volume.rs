@@ -149,7 +149,18 @@ pub fn status(path: &Path, json: bool) -> Result<i32> {
 }
 
 pub fn fsck(config: &Path, repair: bool, json: bool) -> Result<i32> {
-    let report = match checked(config, repair) {
+    let bar = super::spinner(format!(
+        "{} {}",
+        if repair {
+            "checking and repairing"
+        } else {
+            "checking"
+        },
+        config.display()
+    ));
+    let checked = checked(config, repair);
+    bar.finish_and_clear();
+    let report = match checked {
         Ok(report) => report,
         Err(e) => {
             if json {
