@@ -46,6 +46,11 @@ pub struct BenchOpts {
 #[derive(clap::Subcommand, Clone, Debug)]
 pub enum BenchAction {
     /// Build, mount, measure and unmount a fresh volume per configuration
+    #[command(
+        after_help = "Stripe sizes: 8K to 256K, powers of two; widths: 1 to the device \
+        count.\n\nExample:\n  stripefs bench sweep --devices /srv/d0,/srv/d1 \
+        --stripe-sizes 64K,256K --widths 1,2 --cache none,ram:wb"
+    )]
     Sweep {
         /// Backing directories, one per device
         #[arg(long, value_delimiter = ',', required = true)]
@@ -74,6 +79,10 @@ pub enum BenchAction {
     /// Measure directories side by side, interleaved, the first as the baseline: a backing
     /// directory, then stripefs mounts over it. Drives fio (libaio) when it is installed, as
     /// the data path's published tables were measured, else the built-in engine
+    #[command(
+        after_help = "Example:\n  stripefs bench compare /srv/d0 /mnt/vol1 /mnt/vol4 \
+        --size 256M --duration 4s --runs 3"
+    )]
     Compare {
         /// The baseline (e.g. a raw backing directory), then the directories to compare
         #[arg(required = true, num_args = 2..)]
@@ -84,6 +93,7 @@ pub enum BenchAction {
     },
     /// Reproduce a seed experiment: cas (an emulated HDD behind an emulated SATA SSD or NVMe
     /// cache) or raidcard (RAM disks on emulated SATA ports)
+    #[command(after_help = "Example:\n  stripefs bench preset cas")]
     Preset {
         name: String,
         /// Where the preset's RAM disk is mounted

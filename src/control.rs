@@ -7,21 +7,38 @@
 //! | layout.json | file, dir | layout, devices and object shares as JSON | read-only | |
 //! | migrate   | file        | -                     | restripe to the given layout | -               |
 //! | status    | mount root  | volume status as JSON | read-only                    | -               |
+//! | usage     | mount root  | per device: objects, bytes they hold, the reason a device failed; JSON | read-only | - |
 //! | cache     | dir         | the folder's target   | make it a target (`mode=wb priority=0 allocation=1 pinned=0`) | remove the target |
 //! | stats     | mount root  | cache statistics, JSON | read-only                   | -               |
 //! | targets   | mount root  | folder targets, JSON  | read-only                    | -               |
 //! | flush     | mount root  | -                     | write every dirty line back  | -               |
 //! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
+//! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
+//! | error     | any         | the reason of the caller's last refused control request (`user.stripefs.KEY: reason`), then forgotten; ENODATA if none | read-only | - |
 //!
 //! Unknown key: ENODATA (ENOATTR); bad value: EINVAL; read-only key: EROFS.
+//!
+//! Every refusal has a reason in words. The errno alone reaches the caller through the kernel,
+//! so the daemon keeps the reason, keyed by the requesting thread (the FUSE request's pid,
+//! which is the caller's thread id: a single-threaded `setfattr` or `stripefs` has pid = tid),
+//! and `user.stripefs.error` hands it back: the CLI reads it on the thread whose request
+//! failed, and prints it. At most [`REASONS_KEPT`] reasons are kept, each for
+//! [`REASON_LIFETIME`]; the oldest goes first. A new key is one line in [`KEYS`] and an arm in
+//! [`get`], [`set`] or [`remove`], refusing with [`refuse`] and a reason.
 
-use crate::engine::Engine;
-use crate::error::{errno, Error, Result};
+use crate::engine::{Caller, Engine};
+use crate::error::{Error, Result};
 use crate::namespace::{Kind, ROOT};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use stripe::Layout;
 
 pub const PREFIX: &str = "user.stripefs.";
+
+/// The version of the control protocol, in the `control` handshake.
+pub const PROTOCOL: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
@@ -29,31 +46,158 @@ pub enum Key {
     LayoutJson,
     Migrate,
     Status,
+    Usage,
     Cache,
     Stats,
     Targets,
     Flush,
     Mode,
     Failpoint,
+    Control,
+    Error,
     Unknown,
 }
+
+/// Every control key by its name after [`PREFIX`].
+pub const KEYS: &[(&str, Key)] = &[
+    ("layout", Key::Layout),
+    ("layout.json", Key::LayoutJson),
+    ("migrate", Key::Migrate),
+    ("status", Key::Status),
+    ("usage", Key::Usage),
+    ("cache", Key::Cache),
+    ("stats", Key::Stats),
+    ("targets", Key::Targets),
+    ("flush", Key::Flush),
+    ("mode", Key::Mode),
+    ("failpoint", Key::Failpoint),
+    ("control", Key::Control),
+    ("error", Key::Error),
+];
 
 /// The control key an xattr name addresses, if it is in our namespace.
 pub fn key(name: &[u8]) -> Option<Key> {
     let rest = name.strip_prefix(PREFIX.as_bytes())?;
-    Some(match rest {
-        b"layout" => Key::Layout,
-        b"layout.json" => Key::LayoutJson,
-        b"migrate" => Key::Migrate,
-        b"status" => Key::Status,
-        b"cache" => Key::Cache,
-        b"stats" => Key::Stats,
-        b"targets" => Key::Targets,
-        b"flush" => Key::Flush,
-        b"mode" => Key::Mode,
-        b"failpoint" => Key::Failpoint,
-        _ => Key::Unknown,
-    })
+    Some(
+        KEYS.iter()
+            .find(|(n, _)| n.as_bytes() == rest)
+            .map_or(Key::Unknown, |&(_, k)| k),
+    )
+}
+
+/// The full xattr name of a key.
+fn name_of(key: Key) -> String {
+    match KEYS.iter().find(|&&(_, k)| k == key) {
+        Some((n, _)) => format!("{PREFIX}{n}"),
+        None => format!("{PREFIX}(unknown)"),
+    }
+}
+
+/// Refuses a control request with `errno`, for `reason` (kept for `user.stripefs.error`).
+pub fn refuse<T>(errno: i32, reason: impl Into<String>) -> Result<T> {
+    Err(Error::Refused(errno, reason.into()))
+}
+
+/// How many refusal reasons are kept (one per requesting thread).
+pub const REASONS_KEPT: usize = 1024;
+/// How long a refusal reason is kept.
+pub const REASON_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The last refusal reason of each requesting thread.
+static REASONS: Mutex<BTreeMap<u32, (Instant, String)>> = Mutex::new(BTreeMap::new());
+
+fn note_reason(pid: u32, reason: String) {
+    let mut map = REASONS.lock();
+    let now = Instant::now();
+    map.retain(|_, (at, _)| now.duration_since(*at) < REASON_LIFETIME);
+    if map.len() >= REASONS_KEPT && !map.contains_key(&pid) {
+        if let Some(oldest) = map.iter().min_by_key(|(_, (at, _))| *at).map(|(&p, _)| p) {
+            map.remove(&oldest);
+        }
+    }
+    map.insert(pid, (now, reason));
+}
+
+/// The caller's last reason; forgotten once it is handed over whole (`room` bytes fit it), so
+/// a size query (`room` 0) leaves it for the read that follows.
+fn reason_for(pid: u32, room: usize) -> Result<Vec<u8>> {
+    let mut map = REASONS.lock();
+    let fresh = map
+        .get(&pid)
+        .filter(|(at, _)| at.elapsed() < REASON_LIFETIME)
+        .map(|(_, r)| r.clone().into_bytes());
+    match fresh {
+        Some(r) => {
+            if room >= r.len() {
+                map.remove(&pid);
+            }
+            Ok(r)
+        }
+        None => {
+            map.remove(&pid);
+            Err(Error::Errno(libc::ENODATA))
+        }
+    }
+}
+
+/// Keeps the reason of a failed control request for its caller.
+fn noted<T>(caller: &Caller, key: Key, r: Result<T>) -> Result<T> {
+    if let Err(e) = &r {
+        if key != Key::Error {
+            let reason = match e {
+                Error::Errno(n) => crate::error::Errno(*n).to_string(),
+                other => other.to_string(),
+            };
+            note_reason(caller.pid, format!("{}: {reason}", name_of(key)));
+        }
+    }
+    r
+}
+
+/// getxattr of a control key; `room` is the caller's buffer size (0 asks for the size).
+pub fn get_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, room: u32) -> Result<Vec<u8>> {
+    match key {
+        Key::Error => reason_for(caller.pid, room as usize),
+        _ => noted(caller, key, get(engine, ino, key)),
+    }
+}
+
+/// setxattr of a control key.
+pub fn set_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
+    noted(caller, key, set(engine, caller.uid, ino, key, value))
+}
+
+/// removexattr of a control key.
+pub fn remove_for(engine: &Engine, caller: &Caller, ino: u64, key: Key) -> Result<()> {
+    noted(caller, key, remove(engine, caller.uid, ino, key))
+}
+
+/// What a key on the wrong inode, or an unknown one, answers.
+fn no_such_key<T>(key: Key) -> Result<T> {
+    match key {
+        Key::Unknown => refuse(
+            libc::ENODATA,
+            format!(
+                "no such control key; the keys are {}",
+                KEYS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        Key::Status
+        | Key::Usage
+        | Key::Stats
+        | Key::Targets
+        | Key::Flush
+        | Key::Mode
+        | Key::Failpoint => refuse(
+            libc::ENODATA,
+            format!("{} is on the mount's root directory only", name_of(key)),
+        ),
+        _ => refuse(libc::ENODATA, format!("{} cannot be used so", name_of(key))),
+    }
+}
+
+fn read_only<T>(key: Key) -> Result<T> {
+    refuse(libc::EROFS, format!("{} is read-only", name_of(key)))
 }
 
 pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
@@ -65,9 +209,10 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         }
         Key::LayoutJson => json(&engine.layout_info(ino)?),
         Key::Status if ino == ROOT => json(&engine.status()?),
+        Key::Usage if ino == ROOT => json(&crate::usage::devices(engine)),
         Key::Cache => match caching(engine)?.target(ino) {
             Some(t) => Ok(t.format().into_bytes()),
-            None => errno(libc::ENODATA),
+            None => refuse(libc::ENODATA, "this directory is not a cache target"),
         },
         Key::Stats if ino == ROOT => json(&caching(engine)?.cache.stats()),
         Key::Targets if ino == ROOT => json(&caching(engine)?.targets(&engine.ns)),
@@ -77,20 +222,31 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
             .name()
             .as_bytes()
             .to_vec()),
+        Key::Control => {
+            Ok(format!("stripefs protocol={PROTOCOL} pid={}", std::process::id()).into_bytes())
+        }
+        Key::Flush | Key::Migrate | Key::Failpoint => refuse(
+            libc::ENODATA,
+            format!("{} can be set, not read", name_of(key)),
+        ),
         Key::Status
+        | Key::Usage
         | Key::Stats
         | Key::Targets
         | Key::Mode
-        | Key::Flush
-        | Key::Migrate
-        | Key::Failpoint
-        | Key::Unknown => errno(libc::ENODATA),
+        | Key::Error
+        | Key::Unknown => no_such_key(key),
     }
 }
 
 /// The volume's cache; a volume without one has none of the cache keys.
 fn caching(engine: &Engine) -> Result<&crate::caching::Caching> {
-    engine.caching.as_ref().ok_or(Error::Errno(libc::ENODATA))
+    engine.caching.as_ref().ok_or_else(|| {
+        Error::Refused(
+            libc::ENODATA,
+            "this volume has no cache (add a [cache] section to its config)".into(),
+        )
+    })
 }
 
 /// Root, or whoever mounted the volume (the daemon's user).
@@ -100,18 +256,29 @@ fn is_volume_admin(uid: u32) -> bool {
 }
 
 /// Volume-wide controls are for root and for whoever mounted the volume.
-fn volume_admin(uid: u32) -> Result<()> {
+fn volume_admin(uid: u32, what: &str) -> Result<()> {
     if is_volume_admin(uid) {
         Ok(())
     } else {
-        errno(libc::EPERM)
+        refuse(
+            libc::EPERM,
+            format!("only root or the user who mounted the volume may {what} (you are uid {uid})"),
+        )
     }
 }
 
 fn text(value: &[u8]) -> Result<&str> {
     std::str::from_utf8(value)
         .map(|t| t.trim_end_matches('\0').trim())
-        .map_err(|_| Error::Errno(libc::EINVAL))
+        .map_err(|_| Error::Refused(libc::EINVAL, "the value is not UTF-8 text".into()))
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::File => "a regular file",
+        Kind::Dir => "a directory",
+        _ => "neither a file nor a directory",
+    }
 }
 
 pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Result<()> {
@@ -119,10 +286,15 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
         Key::Layout | Key::Migrate => {
             let inode = engine.ns.get(ino)?;
             if uid != 0 && uid != inode.uid {
-                return errno(libc::EPERM);
+                return refuse(
+                    libc::EPERM,
+                    format!(
+                        "only its owner (uid {}) or root may change a layout (you are uid {uid})",
+                        inode.uid
+                    ),
+                );
             }
-            let text = std::str::from_utf8(value).map_err(|_| Error::Errno(libc::EINVAL))?;
-            let text = text.trim_end_matches('\0');
+            let text = text(value)?;
             let n = engine.volume.device_count();
             let base = match inode.layout {
                 Some(l) => l,
@@ -130,31 +302,67 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
             };
             let mut layout = parse_layout(text, base).map_err(|e| {
                 log::info!("refused layout \"{text}\": {e}");
-                Error::Errno(libc::EINVAL)
+                Error::Refused(libc::EINVAL, e)
             })?;
             layout.validate(n).map_err(|e| {
                 log::info!("refused layout \"{text}\": {e}");
-                Error::Errno(libc::EINVAL)
+                Error::Refused(libc::EINVAL, e)
             })?;
             match (key, inode.kind) {
                 (Key::Migrate, Kind::File) => engine.migrate(ino, layout).map(|_| ()),
-                (Key::Migrate, _) => errno(libc::EINVAL),
+                (Key::Migrate, Kind::Dir) => refuse(
+                    libc::EISDIR,
+                    "a directory is not migrated: `stripefs layout set` gives it a layout for \
+                     the files made in it from now on; migrate its files one by one",
+                ),
+                (Key::Migrate, kind) => refuse(
+                    libc::EINVAL,
+                    format!(
+                        "only a regular file can be migrated; this is {}",
+                        kind_name(kind)
+                    ),
+                ),
                 (_, Kind::Dir) => {
                     layout.first_device = 0;
                     engine.ns.set_layout(ino, Some(layout)).map(|_| ())
                 }
-                _ => engine.ns.set_layout(ino, Some(layout)).map(|_| ()),
+                _ => engine
+                    .ns
+                    .set_layout(ino, Some(layout))
+                    .map(|_| ())
+                    .map_err(|e| match e.errno() {
+                        libc::EBUSY => Error::Refused(
+                            libc::EBUSY,
+                            "the file already holds data, so its layout is fixed; \
+                             `stripefs migrate` restripes it"
+                                .into(),
+                        ),
+                        _ => e,
+                    }),
             }
         }
         Key::Cache => {
             let c = caching(engine)?;
             let inode = engine.ns.get(ino)?;
             if inode.kind != Kind::Dir {
-                return errno(libc::ENOTDIR);
+                return refuse(
+                    libc::ENOTDIR,
+                    format!(
+                        "a cache target is a directory; this is {}",
+                        kind_name(inode.kind)
+                    ),
+                );
             }
             let admin = is_volume_admin(uid);
             if !admin && uid != inode.uid {
-                return errno(libc::EPERM);
+                return refuse(
+                    libc::EPERM,
+                    format!(
+                        "only the folder's owner (uid {}), root or the user who mounted may make \
+                         it a cache target (you are uid {uid})",
+                        inode.uid
+                    ),
+                );
             }
             // Keys left out keep the target's current value. The cache is shared: a target's
             // owner chooses its mode only, and a new one gets the volume default's share;
@@ -167,47 +375,71 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
             let setting = crate::caching::TargetSetting::parse_over(text(value)?, base.clone())
                 .map_err(|e| {
                     log::info!("refused cache target setting: {e}");
-                    Error::Errno(libc::EINVAL)
+                    Error::Refused(libc::EINVAL, e.to_string())
                 })?;
             if !admin && !setting.same_share(&base) {
-                log::warn!(
-                    "refused uid {uid} the cache target \"{}\" on {}: priority, allocation and \
-                     pinning are for root or the user who mounted; a folder's owner may choose \
-                     its mode only (its share stays priority={} allocation={} pinned={})",
-                    setting.format(),
-                    crate::caching::path_of(&engine.ns, ino),
+                let why = format!(
+                    "priority, allocation and pinning are for root or the user who mounted; a \
+                     folder's owner may choose its mode only (its share stays priority={} \
+                     allocation={} pinned={})",
                     base.priority,
                     base.allocation,
                     u8::from(base.pinned)
                 );
-                return errno(libc::EPERM);
+                log::warn!(
+                    "refused uid {uid} the cache target \"{}\" on {}: {why}",
+                    setting.format(),
+                    crate::caching::path_of(&engine.ns, ino),
+                );
+                return refuse(libc::EPERM, why);
             }
             c.set_target(&engine.ns, ino, setting, false)
         }
         Key::Flush if ino == ROOT => {
-            volume_admin(uid)?;
-            caching(engine)?
-                .cache
-                .flush_all(&mut |_, _| {})
-                .map_err(|e| Error::Errno(e.raw_os_error().unwrap_or(libc::EIO)))
+            volume_admin(uid, "flush the cache")?;
+            let c = caching(engine)?;
+            c.cache.flush_all(&mut |_, _| {}).map_err(|e| {
+                Error::Refused(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!(
+                        "the flush stopped: {e}; {} dirty lines are left (stripefs status shows \
+                         the devices' errors)",
+                        c.cache.stats().dirty_lines
+                    ),
+                )
+            })
         }
         Key::Mode if ino == ROOT => {
-            volume_admin(uid)?;
+            volume_admin(uid, "change the default cache mode")?;
             let c = caching(engine)?;
-            let mode = cache::Mode::parse(text(value)?).ok_or(Error::Errno(libc::EINVAL))?;
+            let t = text(value)?;
+            let mode = cache::Mode::parse(t).ok_or_else(|| {
+                Error::Refused(
+                    libc::EINVAL,
+                    format!("mode \"{t}\": must be wt, wb, wa, wi, wo or pt"),
+                )
+            })?;
             c.set_default_mode(mode)
         }
         Key::Failpoint if ino == ROOT && uid == 0 => {
             let spec = text(value)?;
-            let (name, actions) = spec.split_once('=').ok_or(Error::Errno(libc::EINVAL))?;
+            let (name, actions) = spec.split_once('=').ok_or_else(|| {
+                Error::Refused(libc::EINVAL, format!("\"{spec}\" is not NAME=ACTIONS"))
+            })?;
             faultpoint::arm(name.trim(), actions.trim()).map_err(|e| {
                 log::warn!("refused fault point \"{spec}\": {e}");
-                Error::Errno(libc::EINVAL)
+                Error::Refused(libc::EINVAL, e.to_string())
             })
         }
-        Key::Failpoint if ino == ROOT => errno(libc::EPERM),
-        Key::LayoutJson | Key::Status | Key::Stats | Key::Targets => errno(libc::EROFS),
-        Key::Flush | Key::Mode | Key::Failpoint | Key::Unknown => errno(libc::ENODATA),
+        Key::Failpoint if ino == ROOT => refuse(libc::EPERM, "only root may arm fault points"),
+        Key::LayoutJson
+        | Key::Status
+        | Key::Usage
+        | Key::Stats
+        | Key::Targets
+        | Key::Control
+        | Key::Error => read_only(key),
+        Key::Flush | Key::Mode | Key::Failpoint | Key::Unknown => no_such_key(key),
     }
 }
 
@@ -216,10 +448,22 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         Key::Layout => {
             let inode = engine.ns.get(ino)?;
             if uid != 0 && uid != inode.uid {
-                return errno(libc::EPERM);
+                return refuse(
+                    libc::EPERM,
+                    format!(
+                        "only its owner (uid {}) or root may change a layout (you are uid {uid})",
+                        inode.uid
+                    ),
+                );
             }
             if inode.kind != Kind::Dir {
-                return errno(libc::EINVAL);
+                return refuse(
+                    libc::EINVAL,
+                    format!(
+                        "only a directory's layout can be cleared (to inherit again); this is {}",
+                        kind_name(inode.kind)
+                    ),
+                );
             }
             engine.ns.set_layout(ino, None).map(|_| ())
         }
@@ -227,12 +471,32 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
             let c = caching(engine)?;
             let inode = engine.ns.get(ino)?;
             if uid != 0 && uid != inode.uid {
-                return errno(libc::EPERM);
+                return refuse(
+                    libc::EPERM,
+                    format!(
+                        "only the folder's owner (uid {}) or root may remove its cache target \
+                         (you are uid {uid})",
+                        inode.uid
+                    ),
+                );
             }
             c.remove_target(&engine.ns, ino)
+                .map_err(|e| match e.errno() {
+                    libc::ENODATA => {
+                        Error::Refused(libc::ENODATA, "this directory is not a cache target".into())
+                    }
+                    _ => e,
+                })
         }
-        Key::LayoutJson | Key::Status | Key::Stats | Key::Targets | Key::Mode => errno(libc::EROFS),
-        Key::Migrate | Key::Flush | Key::Failpoint | Key::Unknown => errno(libc::ENODATA),
+        Key::LayoutJson
+        | Key::Status
+        | Key::Usage
+        | Key::Stats
+        | Key::Targets
+        | Key::Mode
+        | Key::Control
+        | Key::Error => read_only(key),
+        Key::Migrate | Key::Flush | Key::Failpoint | Key::Unknown => no_such_key(key),
     }
 }
 
@@ -307,8 +571,37 @@ mod tests {
     }
 
     #[test]
+    fn reasons_are_kept_per_caller_handed_over_once_and_bounded() {
+        // Thread ids far from any real pid, so other tests do not meet them.
+        let base = 3_000_000_000u32;
+        note_reason(base, "first".into());
+        note_reason(base + 1, "other".into());
+        // A size query leaves the reason; a read that fits takes it.
+        assert_eq!(reason_for(base, 0).unwrap(), b"first");
+        assert_eq!(reason_for(base, 64).unwrap(), b"first");
+        assert_eq!(reason_for(base, 64).unwrap_err().errno(), libc::ENODATA);
+        assert_eq!(reason_for(base + 1, 64).unwrap(), b"other");
+        for i in 0..(REASONS_KEPT as u32 + 10) {
+            note_reason(base + 10 + i, format!("r{i}"));
+        }
+        assert!(REASONS.lock().len() <= REASONS_KEPT);
+        // The oldest went first; the newest is there.
+        assert!(reason_for(base + 10, 64).is_err());
+        let last = REASONS_KEPT as u32 + 9;
+        assert_eq!(
+            reason_for(base + 10 + last, 64).unwrap(),
+            format!("r{last}").as_bytes()
+        );
+    }
+
+    #[test]
     fn keys_in_our_namespace() {
         assert_eq!(key(b"user.stripefs.layout"), Some(Key::Layout));
+        assert_eq!(key(b"user.stripefs.error"), Some(Key::Error));
+        for &(n, k) in KEYS {
+            assert_eq!(key(format!("{PREFIX}{n}").as_bytes()), Some(k));
+            assert_eq!(name_of(k), format!("{PREFIX}{n}"));
+        }
         assert_eq!(key(b"user.stripefs.bogus"), Some(Key::Unknown));
         assert_eq!(key(b"user.other"), None);
     }

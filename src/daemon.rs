@@ -543,7 +543,7 @@ fn is_dead_mount(path: &Path) -> bool {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape_mountinfo(field: &str) -> Vec<u8> {
+pub(crate) fn unescape_mountinfo(field: &str) -> Vec<u8> {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

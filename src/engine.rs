@@ -1114,13 +1114,9 @@ impl Engine {
     }
 
     /// (total, available) bytes the volume can hold: full-width files fill devices evenly, so
-    /// the fullest device bounds it.
+    /// the fullest device bounds it; devices on one filesystem count its space once.
     pub fn capacity(&self) -> (u64, u64) {
-        let space = self.volume.space();
-        let n = space.len() as u64;
-        let total = space.iter().map(|s| s.total_bytes).min().unwrap_or(0) * n;
-        let avail = space.iter().map(|s| s.avail_bytes).min().unwrap_or(0) * n;
-        (total, avail)
+        crate::usage::capacity(&self.volume.space())
     }
 }
 

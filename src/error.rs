@@ -20,6 +20,10 @@ pub enum Error {
     /// Something the user asked for that cannot be done, said in words.
     #[error("{0}")]
     Usage(String),
+    /// A control request refused with this errno, for this reason (kept for
+    /// `user.stripefs.error`, see control.rs).
+    #[error("{1}")]
+    Refused(i32, String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -32,6 +36,7 @@ impl Error {
             Error::Store(_) => libc::EIO,
             Error::StoreDown { errno, .. } => *errno,
             Error::Config(_) | Error::Usage(_) => libc::EINVAL,
+            Error::Refused(e, _) => *e,
         }
     }
 }

@@ -610,17 +610,17 @@ impl Filesystem for StripeFs {
     ) {
         let name = name.as_bytes();
         let r = match control::key(name) {
-            Some(key) => control::set(&self.engine, req.uid(), ino.0, key, value),
+            Some(key) => control::set_for(&self.engine, &caller(req), ino.0, key, value),
             None if acl::is_acl(name) => self.set_acl(req, ino.0, name, Some(value)),
             None => self.engine.ns.setxattr(ino.0, name, value, flags),
         };
         Self::empty(reply, r);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name.as_bytes();
         let r = match control::key(name) {
-            Some(key) => control::get(&self.engine, ino.0, key),
+            Some(key) => control::get_for(&self.engine, &caller(req), ino.0, key, size),
             None if acl::is_acl(name) && !self.acl => Err(Error::Errno(libc::EOPNOTSUPP)),
             None => self.engine.ns.getxattr(ino.0, name),
         };
@@ -655,7 +655,7 @@ impl Filesystem for StripeFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes();
         let r = match control::key(name) {
-            Some(key) => control::remove(&self.engine, req.uid(), ino.0, key),
+            Some(key) => control::remove_for(&self.engine, &caller(req), ino.0, key),
             None if acl::is_acl(name) => self.set_acl(req, ino.0, name, None),
             None => self.engine.ns.removexattr(ino.0, name),
         };

@@ -16,4 +16,5 @@ pub mod namespace;
 mod overlay;
 pub mod panics;
 pub mod rescue;
+pub mod usage;
 pub mod xattr;

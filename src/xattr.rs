@@ -1,7 +1,7 @@
 //! The CLI's side of the control plane: extended attributes on paths.
 
 use crate::control::PREFIX;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -70,6 +70,10 @@ pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
             "{p}: permission denied (a folder's owner may choose its mode; priority, \
              allocation and pinning are for root or the user who mounted)"
         ),
+        Some(libc::EPERM) | Some(libc::EACCES) if key == "flush" || key == "mode" => format!(
+            "{p}: permission denied (only root or the user who mounted the volume may change \
+             volume-wide settings)"
+        ),
         Some(libc::EPERM) | Some(libc::EACCES) => {
             format!("{p}: permission denied (only the owner or root may change this)")
         }
@@ -78,7 +82,7 @@ pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
 }
 
 /// The status JSON of the volume mounted at `mountpoint`.
-pub fn volume_status(mountpoint: &Path) -> Result<serde_json::Value> {
+pub fn volume_status(mountpoint: &Path) -> crate::error::Result<serde_json::Value> {
     let raw = get(mountpoint, &format!("{PREFIX}status")).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => Error::Usage(format!("{}: no such directory", mountpoint.display())),
         Some(libc::ENOTCONN) => Error::Usage(format!(
@@ -93,4 +97,43 @@ pub fn volume_status(mountpoint: &Path) -> Result<serde_json::Value> {
     })?;
     serde_json::from_slice(&raw)
         .map_err(|e| Error::Usage(format!("bad status from the daemon: {e}")))
+}
+
+/// A control request that failed: the errno, and the daemon's reason when it gave one.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: io::Error,
+    pub reason: Option<String>,
+}
+
+/// Why the daemon refused this thread's last request on control key `key`, if it said: read
+/// from `user.stripefs.error` on the same thread, since the daemon keeps reasons by the
+/// requesting thread.
+fn reason(path: &Path, key: &str) -> Option<String> {
+    let v = get(path, &format!("{PREFIX}error")).ok()?;
+    let text = String::from_utf8_lossy(&v);
+    text.strip_prefix(&format!("{PREFIX}{key}: "))
+        .map(str::to_string)
+}
+
+fn with_reason<T>(path: &Path, key: &str, r: io::Result<T>) -> Result<T, Refused> {
+    r.map_err(|error| Refused {
+        reason: reason(path, key),
+        error,
+    })
+}
+
+/// getxattr of control key `key` (after the prefix), with the daemon's reason on failure.
+pub fn control_get(path: &Path, key: &str) -> Result<Vec<u8>, Refused> {
+    with_reason(path, key, get(path, &format!("{PREFIX}{key}")))
+}
+
+/// setxattr of control key `key`, with the daemon's reason on failure.
+pub fn control_set(path: &Path, key: &str, value: &[u8]) -> Result<(), Refused> {
+    with_reason(path, key, set(path, &format!("{PREFIX}{key}"), value))
+}
+
+/// removexattr of control key `key`, with the daemon's reason on failure.
+pub fn control_remove(path: &Path, key: &str) -> Result<(), Refused> {
+    with_reason(path, key, remove(path, &format!("{PREFIX}{key}")))
 }

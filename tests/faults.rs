@@ -186,6 +186,10 @@ fn a_vanished_device_fails_its_files_and_shows_in_status() {
     }
     let human = stripefs_ok(&["status", v.mnt_str()]);
     assert!(human.contains("FAILED"), "{human}");
+    // Why, and what to do.
+    let why = format!("device 1: the directory {} is gone", v.devices[1].display());
+    assert!(human.contains(&why), "{human}");
+    assert!(human.contains("hint: bring it back at"), "{human}");
     // The daemon lives on; back in place and remounted, all is there.
     fs::create_dir(v.path("alive")).unwrap();
     fs::rename(&gone, &v.devices[1]).unwrap();

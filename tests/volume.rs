@@ -466,7 +466,7 @@ fn status_layout_and_cli_errors() {
     // Not a stripefs mount.
     let out = stripefs(&["status", v.root.path().to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a stripefs mount"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not on a stripefs mount"));
     // Wrong arguments give usage.
     let out = stripefs(&["layout", "set"]);
     assert_eq!(out.status.code(), Some(2));

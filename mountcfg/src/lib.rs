@@ -45,6 +45,9 @@ pub struct Config {
     pub volume: VolumeSection,
     pub mount: MountSection,
     pub cache: Option<CacheSection>,
+    /// What is accepted but probably not what was meant (`file:line: ...`), for the CLI to
+    /// print as warnings.
+    pub warnings: Vec<String>,
 }
 
 /// Cache mode names, short and long, as the config and the control plane accept them.
@@ -287,6 +290,7 @@ impl Config {
             },
             mount: MountSection::default(),
             cache: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -453,8 +457,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         Some(m) => validate_mount(&ctx, m)?,
         None => MountSection::default(),
     };
+    let mut warnings = Vec::new();
     let cache = match raw.cache {
-        Some(c) => Some(validate_cache(&ctx, c, base, &volume)?),
+        Some(c) => Some(validate_cache(&ctx, c, base, &volume, &mut warnings)?),
         None => None,
     };
     Ok(Config {
@@ -462,6 +467,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         volume,
         mount,
         cache,
+        warnings,
     })
 }
 
@@ -1049,7 +1055,11 @@ fn validate_cache(
     raw: RawCache,
     base: &Path,
     volume: &VolumeSection,
+    warnings: &mut Vec<String>,
 ) -> Result<CacheSection, ConfigError> {
+    // `mode` with `default = "targets"` reaches only the targets that set no mode of their own.
+    let mode_given = raw.mode.as_ref().map(|m| (m.span(), m.get_ref().clone()));
+    let every_target_sets_its_mode = raw.target.iter().all(|t| t.get_ref().mode.is_some());
     let store = match raw.store {
         None => CacheStore::Ram,
         Some(s) => {
@@ -1155,6 +1165,22 @@ fn validate_cache(
             &[(&["all"], true), (&["targets"], false)],
         )?,
     };
+    if let (Some((span, given)), false, true) =
+        (mode_given, default_all, every_target_sets_its_mode)
+    {
+        warnings.push(format!(
+            "{}:{}: cache.mode = \"{given}\" is not used: with default = \"targets\" only folder \
+             targets are cached, and {}; files outside the targets are not cached (default = \
+             \"all\" caches them in this mode)",
+            ctx.path.display(),
+            ctx.line_of(span.start),
+            if raw.target.is_empty() {
+                "the config has none (`stripefs target add` takes its own --mode)"
+            } else {
+                "every [[cache.target]] sets its own mode"
+            }
+        ));
+    }
     let mut section = CacheSection {
         store,
         size,

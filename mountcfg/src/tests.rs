@@ -458,3 +458,32 @@ fn bad_config_corpus() {
     // With the other tests here the corpus passes thirty configs.
     assert!(cases.len() >= 30);
 }
+
+#[test]
+fn a_cache_mode_that_reaches_no_file_is_warned_about() {
+    let d = Dirs::new(1);
+    let base = "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"1M\"\n";
+    let warned = |extra: &str| d.parse(&format!("{base}{extra}")).unwrap().warnings;
+    // default = "targets" with no target: the mode reaches nothing.
+    let w = warned("mode = \"wb\"\ndefault = \"targets\"\n");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("vol.toml:5: cache.mode = \"wb\" is not used"),
+        "{w:?}"
+    );
+    // Every target sets its own mode: the same.
+    let w = warned(
+        "mode = \"wb\"\ndefault = \"targets\"\n[[cache.target]]\npath = \"/a\"\nmode = \"wt\"\n",
+    );
+    assert!(
+        w[0].contains("every [[cache.target]] sets its own mode"),
+        "{w:?}"
+    );
+    // A target that takes the mode, default = "all", or no mode given: no warning.
+    assert!(
+        warned("mode = \"wb\"\ndefault = \"targets\"\n[[cache.target]]\npath = \"/a\"\n")
+            .is_empty()
+    );
+    assert!(warned("mode = \"wb\"\ndefault = \"all\"\n").is_empty());
+    assert!(warned("default = \"targets\"\n").is_empty());
+}

@@ -1,0 +1,133 @@
+//! Layout commands: layout get/set/clear, migrate.
+
+use super::resolve::resolve;
+use super::{refusal, LayoutAction};
+use crate::error::{Error, Result};
+use crate::xattr;
+use std::path::Path;
+
+pub fn migrate(file: &Path, stripe_size: Option<String>, width: Option<u32>) -> Result<i32> {
+    let spec = layout_spec(stripe_size, width)?;
+    resolve(file)?;
+    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let bar = super::spinner(format!(
+        "migrating {} ({}) to {spec}",
+        file.display(),
+        super::human_bytes(size)
+    ));
+    let done = xattr::control_set(file, "migrate", spec.as_bytes());
+    bar.finish_and_clear();
+    done.map_err(refusal("migrate", file, "migrate"))?;
+    let now = xattr::control_get(file, "layout").map_err(refusal("migrate", file, "layout"))?;
+    println!("{}: {}", file.display(), String::from_utf8_lossy(&now));
+    Ok(0)
+}
+
+fn layout_spec(stripe_size: Option<String>, width: Option<u32>) -> Result<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = stripe_size {
+        let bytes = mountcfg::parse_size(&s)
+            .map_err(|e| Error::Usage(format!("--stripe-size {s}: {e}")))?;
+        if !bytes.is_power_of_two()
+            || !(mountcfg::MIN_STRIPE..=mountcfg::MAX_STRIPE).contains(&bytes)
+        {
+            return Err(Error::Usage(format!(
+                "--stripe-size {s}: must be a power of two from 8K to 256K"
+            )));
+        }
+        parts.push(format!("stripe_size={bytes}"));
+    }
+    if let Some(w) = width {
+        parts.push(format!("width={w}"));
+    }
+    if parts.is_empty() {
+        return Err(Error::Usage(
+            "give --stripe-size and/or --width".to_string(),
+        ));
+    }
+    Ok(parts.join(" "))
+}
+
+pub fn layout(action: LayoutAction) -> Result<()> {
+    match action {
+        LayoutAction::Get { path, json } => {
+            resolve(&path)?;
+            let raw = xattr::control_get(&path, "layout.json").map_err(refusal(
+                "layout get",
+                &path,
+                "layout",
+            ))?;
+            let info: serde_json::Value = serde_json::from_slice(&raw)
+                .map_err(|e| Error::Usage(format!("bad layout from the daemon: {e}")))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&info).unwrap_or_default()
+                );
+                return Ok(());
+            }
+            println!(
+                "{}: stripe_size={} width={} first_device={}{}",
+                path.display(),
+                mountcfg::format_size(info["stripe_size"].as_u64().unwrap_or(0)),
+                info["width"],
+                info["first_device"],
+                if info["inherited"].as_bool() == Some(true) {
+                    " (inherited)"
+                } else {
+                    ""
+                }
+            );
+            if let Some(objects) = info["objects"].as_array() {
+                for o in objects {
+                    println!(
+                        "  device {}: {} bytes  {}",
+                        o["device"],
+                        o["bytes"],
+                        o["path"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(())
+        }
+        LayoutAction::Set {
+            path,
+            stripe_size,
+            width,
+        } => {
+            let spec = layout_spec(stripe_size, width)?;
+            resolve(&path)?;
+            xattr::control_set(&path, "layout", spec.as_bytes()).map_err(refusal(
+                "layout set",
+                &path,
+                "layout",
+            ))?;
+            let now = xattr::control_get(&path, "layout").map_err(refusal(
+                "layout set",
+                &path,
+                "layout",
+            ))?;
+            println!("{}: {}", path.display(), String::from_utf8_lossy(&now));
+            Ok(())
+        }
+        LayoutAction::Clear { path } => {
+            resolve(&path)?;
+            xattr::control_remove(&path, "layout").map_err(refusal(
+                "layout clear",
+                &path,
+                "layout",
+            ))?;
+            let now = xattr::control_get(&path, "layout").map_err(refusal(
+                "layout clear",
+                &path,
+                "layout",
+            ))?;
+            println!(
+                "{}: inherits its layout again: {}",
+                path.display(),
+                String::from_utf8_lossy(&now)
+            );
+            Ok(())
+        }
+    }
+}

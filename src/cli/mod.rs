@@ -1,0 +1,478 @@
+//! The command line: one binary, subcommands. The clap definition and the dispatch live here;
+//! each command group has its own module.
+
+use crate::daemon::DAEMON_ENV;
+use crate::error::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "stripefs",
+    version,
+    about = "A FUSE filesystem that stripes files RAID-0 style across backing devices",
+    after_help = "RAID-0 has no redundancy: losing one device loses the volume.\n\n\
+                  Example:\n  stripefs mkfs vol.toml && stripefs mount vol.toml /mnt/vol"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Format the devices a config lists into a new, empty volume
+    #[command(
+        after_help = "The config lists 1 to 256 device directories and the default \
+        layout (stripe_size 8K to 256K, a power of two).\n\n\
+        Example:\n  stripefs mkfs /etc/stripefs/vol.toml"
+    )]
+    Mkfs {
+        /// The volume's config file (TOML), which lists the devices
+        config: PathBuf,
+        /// Overwrite devices that already hold a stripefs volume (their data is lost)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Mount a volume; returns once the mount is ready unless --foreground.
+    /// `stripefs mount -o remount,ro MOUNTPOINT` changes a mounted volume
+    #[command(after_help = "Options (-o): allow_other, default_permissions, \
+        no_default_permissions, ro, rw, nosuid, nodev, noexec (and suid, dev, exec), relatime, \
+        strictatime, noatime, nodiratime, lazytime, sync, dirsync, writeback_cache, \
+        threads=N (1 to 64), direct_io=auto|always|never, fsname=NAME.\n\n\
+        Example:\n  stripefs mount vol.toml /mnt/vol -o allow_other,noatime")]
+    Mount(volume::MountArgs),
+    /// Unmount, after the daemon has written everything back
+    #[command(after_help = "Example:\n  stripefs umount /mnt/vol")]
+    Umount {
+        /// The mountpoint itself
+        mountpoint: PathBuf,
+        /// Detach now even if busy; the daemon finishes when the last user leaves
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Volume status: uuid, layout, files, options, and per device what stripefs keeps there
+    /// beside its filesystem's space
+    #[command(after_help = "Example:\n  stripefs status /mnt/vol --json")]
+    Status {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of tables
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show or set a file's or directory's layout
+    Layout {
+        #[command(subcommand)]
+        action: LayoutAction,
+    },
+    /// Restripe an existing file to a new layout, content unchanged
+    #[command(
+        after_help = "--stripe-size: a power of two from 8K to 256K; --width: 1 to the \
+        number of devices. Readers and writers of the file wait meanwhile.\n\n\
+        Example:\n  stripefs migrate /mnt/vol/vm/disk.img --stripe-size 256K --width 2"
+    )]
+    Migrate {
+        /// A regular file on a mounted volume
+        file: PathBuf,
+        /// Stripe size: 8K to 256K, a power of two
+        #[arg(long, value_name = "SIZE")]
+        stripe_size: Option<String>,
+        /// Devices the file spans: 1 to the number of devices
+        #[arg(long)]
+        width: Option<u32>,
+    },
+    /// Check a volume (not mounted) for namespace and object inconsistencies
+    #[command(after_help = FSCK_EXIT_CODES)]
+    Fsck {
+        /// The volume's config file
+        config: PathBuf,
+        /// Mend what can be mended safely
+        #[arg(long)]
+        repair: bool,
+        /// Print the report as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cache targets: folders with their own cache mode
+    Target {
+        #[command(subcommand)]
+        action: TargetAction,
+    },
+    /// Cache statistics, as casadm -P shows them
+    #[command(after_help = "Example:\n  stripefs stats /mnt/vol --watch")]
+    Stats {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of tables
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until Ctrl-C
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Write every dirty cache line back; returns when nothing is dirty
+    #[command(after_help = "Root or the user who mounted only.\n\n\
+        Example:\n  stripefs flush /mnt/vol")]
+    Flush {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+    },
+    /// Show or set the volume's default cache mode (wt, wb, wa, wi, wo, pt)
+    #[command(
+        after_help = "Modes: wt write-through, wb write-back, wa write-around, wi \
+        write-invalidate, wo write-only, pt pass-through. Leaving wb or wo writes the dirty \
+        lines back first. Setting it: root or the user who mounted only.\n\n\
+        Example:\n  stripefs mode /mnt/vol wb"
+    )]
+    Mode {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The new mode; without it, the mode is printed
+        mode: Option<String>,
+    },
+    /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_help = "Example:\n  stripefs bench /mnt/vol --size 256M --duration 4s"
+    )]
+    Bench {
+        #[command(subcommand)]
+        action: Option<crate::bench_cmd::BenchAction>,
+        /// Any directory: a stripefs mount, a backing directory, anything
+        target: Option<PathBuf>,
+        #[command(flatten)]
+        opts: crate::bench_cmd::BenchOpts,
+    },
+    /// Zero-config first contact: a 4-device volume in a temporary directory, mounted until Ctrl-C
+    #[command(after_help = "Example:\n  stripefs demo --devices 2")]
+    Demo {
+        /// Where the demo's devices and mountpoint live
+        #[arg(long, default_value = "/tmp/stripefs-demo")]
+        dir: PathBuf,
+        /// How many directories stand in for disks: 1 to 256
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+        devices: u16,
+    },
+    /// Print the man page (roff) of stripefs and its commands
+    #[command(after_help = "Example:\n  stripefs man > /usr/local/share/man/man8/stripefs.8")]
+    Man,
+    /// Print shell completions
+    #[command(after_help = "Example:\n  stripefs completions bash > \
+        /usr/share/bash-completion/completions/stripefs")]
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell)
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TargetAction {
+    /// Make DIR a cache target (or change it)
+    #[command(
+        after_help = "The folder's owner chooses its mode; priority, allocation and \
+        pinning are for root or the user who mounted.\n\n\
+        Example:\n  stripefs target add /mnt/vol/vm-images --mode wb --priority 0"
+    )]
+    Add {
+        /// A directory on a mounted volume with a cache
+        dir: PathBuf,
+        /// Cache mode: wt, wb, wa, wi, wo or pt
+        #[arg(long)]
+        mode: String,
+        /// Eviction priority, 0 to 255: 0 is kept longest (default for a new target: 0; root
+        /// or the mounter only)
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this target may hold, above 0 and at most 1 (default for a new
+        /// target: 1; root or the mounter only)
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Never evict this target's lines (root or the mounter only)
+        #[arg(long, conflicts_with = "unpin")]
+        pin: bool,
+        /// Evict this target's lines again
+        #[arg(long)]
+        unpin: bool,
+    },
+    /// Stop caching DIR by its own setting (its dirty lines are written back first)
+    #[command(
+        after_help = "A target from the config comes back at the next mount: remove \
+        it from the config for good.\n\n\
+        Example:\n  stripefs target rm /mnt/vol/vm-images"
+    )]
+    Rm {
+        /// A cache target
+        dir: PathBuf,
+    },
+    /// List the targets of a mounted volume
+    #[command(after_help = "Example:\n  stripefs target ls /mnt/vol --json")]
+    Ls {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LayoutAction {
+    /// Print the layout of PATH
+    #[command(after_help = "Example:\n  stripefs layout get /mnt/vol/vm/disk.img")]
+    Get {
+        /// A file or directory on a mounted volume
+        path: PathBuf,
+        /// Print JSON (with the bytes on each device)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a directory's default layout for new files (or an empty file's own)
+    #[command(
+        after_help = "--stripe-size: a power of two from 8K to 256K; --width: 1 to the \
+        number of devices. Files made under the directory from now on take it (the nearest \
+        ancestor with a layout wins); a file with data keeps its layout (see migrate).\n\n\
+        Example:\n  stripefs layout set /mnt/vol/vm --stripe-size 128K --width 2"
+    )]
+    Set {
+        /// A directory, or an empty file, on a mounted volume
+        path: PathBuf,
+        /// Stripe size: 8K to 256K, a power of two
+        #[arg(long, value_name = "SIZE")]
+        stripe_size: Option<String>,
+        /// Devices each file spans: 1 to the number of devices
+        #[arg(long)]
+        width: Option<u32>,
+    },
+    /// Make a directory inherit its layout again
+    #[command(after_help = "Example:\n  stripefs layout clear /mnt/vol/vm")]
+    Clear {
+        /// A directory on a mounted volume
+        path: PathBuf,
+    },
+}
+
+mod bench;
+mod cache;
+mod layout;
+pub mod resolve;
+mod volume;
+
+/// Turns a failed control request of `command` on `path` into the daemon's reason, or, when
+/// it gave none (the kernel refused before asking it), words for the errno.
+fn refusal<'a>(
+    command: &'a str,
+    path: &'a std::path::Path,
+    key: &'a str,
+) -> impl Fn(crate::xattr::Refused) -> crate::error::Error + 'a {
+    move |r| match r.reason {
+        Some(reason) => crate::error::Error::Usage(format!("{command}: {reason}")),
+        None => crate::error::Error::Usage(format!(
+            "{command}: {}",
+            crate::xattr::explain(path, key, r.error)
+        )),
+    }
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main(args: Vec<String>) -> i32 {
+    init_logging();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match (e.use_stderr(), args.get(1).map(String::as_str)) {
+                (false, _) => 0,
+                (true, Some("fsck")) => FSCK_USAGE,
+                (true, _) => 2,
+            };
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stripefs: {e}");
+            1
+        }
+    }
+}
+
+/// `mount.stripefs SOURCE DIR [-sfnv] [-o OPTIONS]`, as mount(8) calls helpers.
+pub fn mount_helper_main(args: Vec<String>) -> i32 {
+    if std::env::var_os(DAEMON_ENV).is_some() {
+        // Re-executed as the daemon child: the arguments are already in CLI form.
+        return main(args);
+    }
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.extend(it.next().cloned()),
+            "-s" | "-f" | "-n" | "-v" => {}
+            _ => positional.push(a.clone()),
+        }
+    }
+    if positional.len() != 2 {
+        eprintln!("usage: mount.stripefs CONFIG MOUNTPOINT [-o OPTIONS]");
+        return 2;
+    }
+    let mut full = vec![
+        "stripefs".into(),
+        "mount".into(),
+        positional[0].clone(),
+        positional[1].clone(),
+    ];
+    if !options.is_empty() {
+        full.push("-o".into());
+        full.push(options.join(","));
+    }
+    main(full)
+}
+
+fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .try_init();
+}
+
+fn run(command: Command) -> Result<i32> {
+    match command {
+        Command::Mkfs { config, force } => volume::mkfs(&config, force).map(|()| 0),
+        Command::Mount(args) => volume::mount(args),
+        Command::Umount { mountpoint, lazy } => volume::umount(&mountpoint, lazy),
+        Command::Status { mountpoint, json } => volume::status(&mountpoint, json),
+        Command::Layout { action } => layout::layout(action).map(|()| 0),
+        Command::Migrate {
+            file,
+            stripe_size,
+            width,
+        } => layout::migrate(&file, stripe_size, width),
+        Command::Fsck {
+            config,
+            repair,
+            json,
+        } => volume::fsck(&config, repair, json),
+        Command::Demo { dir, devices } => volume::demo(&dir, devices.into()).map(|()| 0),
+        Command::Man => man(&mut std::io::stdout().lock())
+            .map(|()| 0)
+            .map_err(|e| crate::error::Error::Usage(format!("man: {e}"))),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "stripefs", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Target { action } => cache::target(action).map(|()| 0),
+        Command::Stats {
+            mountpoint,
+            json,
+            watch,
+        } => cache::stats(&mountpoint, json, watch).map(|()| 0),
+        Command::Flush { mountpoint } => cache::flush(&mountpoint).map(|()| 0),
+        Command::Mode { mountpoint, mode } => cache::mode(&mountpoint, mode),
+        Command::Bench {
+            action,
+            target,
+            opts,
+        } => bench::bench(action, target, opts),
+    }
+}
+
+/// `stripefs fsck` exit codes, e2fsck's (fsck(8)): no problems.
+pub const FSCK_CLEAN: i32 = 0;
+/// Problems found, and all of them repaired.
+pub const FSCK_REPAIRED: i32 = 1;
+/// Problems left as they were (no --repair, or none that can be repaired safely).
+pub const FSCK_LEFT: i32 = 4;
+/// Operational error: the volume could not be checked.
+pub const FSCK_ERROR: i32 = 8;
+/// Usage error: bad arguments.
+pub const FSCK_USAGE: i32 = 16;
+
+const FSCK_EXIT_CODES: &str = "Exit codes, as e2fsck's:
+   0  no problems found
+   1  problems found, and all of them repaired (--repair)
+   4  problems left unrepaired: without --repair, or beyond what can be mended safely
+   8  operational error: the volume could not be checked (a device's superblock or the
+      namespace store is missing, damaged or another volume's; the volume is mounted; a bad
+      config); nothing was written
+  16  usage error: bad arguments
+
+Example:
+  stripefs fsck /etc/stripefs/vol.toml --repair";
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The man page: clap_mangen's page of `stripefs`, then a section per command with its full
+/// help (arguments, accepted ranges, an example), as one page.
+fn man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .render(out)?;
+    cmd.build();
+    for sub in cmd.get_subcommands() {
+        man_section(out, "stripefs", sub)?;
+    }
+    Ok(())
+}
+
+/// A man page section with the full help of `sub` (and of its own commands).
+fn man_section(
+    out: &mut dyn std::io::Write,
+    parent: &str,
+    sub: &clap::Command,
+) -> std::io::Result<()> {
+    let name = format!("{parent} {}", sub.get_name());
+    if sub.get_name() == "help" {
+        return Ok(());
+    }
+    writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
+    writeln!(out, ".nf")?;
+    let help = sub.clone().bin_name(&name).render_long_help().to_string();
+    for line in help.lines() {
+        // roff: a backslash is \e; a line may not start with a control character.
+        let line = line.replace('\\', "\\e");
+        let lead = if line.starts_with('.') || line.starts_with('\'') {
+            "\\&"
+        } else {
+            ""
+        };
+        writeln!(out, "{lead}{line}")?;
+    }
+    writeln!(out, ".fi")?;
+    for nested in sub.get_subcommands() {
+        man_section(out, &name, nested)?;
+    }
+    Ok(())
+}
+
+/// A spinner on stderr for long work, drawn only when stderr is a terminal.
+pub(crate) fn spinner(message: String) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message);
+    bar.tick();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
