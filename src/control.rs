@@ -6,6 +6,7 @@
 //! | layout    | file, dir   | `stripe_size=64K width=4 first_device=1` | dir: default for new files; file: while empty | dir: inherit again |
 //! | layout.json | file, dir | layout, devices and object shares as JSON | read-only | |
 //! | migrate   | file        | -                     | restripe to the given layout | -               |
+//! | shift     | file        | -                     | `collapse OFFSET LENGTH` or `insert OFFSET LENGTH`: fallocate's COLLAPSE_RANGE / INSERT_RANGE (which the kernel does not pass to FUSE), whole stripe rows | - |
 //! | status    | mount root  | volume status as JSON | read-only                    | -               |
 //! | usage     | mount root  | per device: objects, bytes they hold, the reason a device failed; JSON | read-only | - |
 //! | cache     | dir         | the folder's target   | make it a target (`mode=wb priority=0 allocation=1 pinned=0`) | remove the target |
@@ -45,6 +46,7 @@ pub enum Key {
     Layout,
     LayoutJson,
     Migrate,
+    Shift,
     Status,
     Usage,
     Cache,
@@ -63,6 +65,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("layout", Key::Layout),
     ("layout.json", Key::LayoutJson),
     ("migrate", Key::Migrate),
+    ("shift", Key::Shift),
     ("status", Key::Status),
     ("usage", Key::Usage),
     ("cache", Key::Cache),
@@ -164,7 +167,72 @@ pub fn get_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, room: u32) 
 
 /// setxattr of a control key.
 pub fn set_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
-    noted(caller, key, set(engine, caller.uid, ino, key, value))
+    noted(caller, key, set(engine, *caller, ino, key, value))
+}
+
+/// `collapse OFFSET LENGTH` / `insert OFFSET LENGTH` on a file: fallocate(2)'s
+/// COLLAPSE_RANGE and INSERT_RANGE, which the kernel refuses to pass to a FUSE filesystem.
+/// Whole stripe rows only, as ext4 wants whole blocks. The kernel let the caller set a user
+/// xattr on the file: it may write it.
+fn shift(engine: &Engine, caller: Caller, ino: u64, value: &[u8]) -> Result<()> {
+    let text = text(value)?;
+    let usage = "the value is `collapse OFFSET LENGTH` or `insert OFFSET LENGTH` (sizes as 192K)";
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [how, offset, length] = words[..] else {
+        return refuse(libc::EINVAL, usage);
+    };
+    let insert = match how {
+        "collapse" => false,
+        "insert" => true,
+        _ => return refuse(libc::EINVAL, usage),
+    };
+    let size = |s: &str| {
+        mountcfg::parse_size(s).map_err(|e| Error::Refused(libc::EINVAL, format!("{s}: {e}")))
+    };
+    let (offset, length) = (size(offset)?, size(length)?);
+    let inode = engine.ns.get(ino)?;
+    let Some(layout) = inode.layout.filter(|_| inode.kind == Kind::File) else {
+        return refuse(
+            libc::EINVAL,
+            format!(
+                "only a regular file is shifted; this is {}",
+                kind_name(inode.kind)
+            ),
+        );
+    };
+    let row = layout.stripe_size as u64 * layout.width as u64;
+    if length == 0 || offset % row != 0 || length % row != 0 {
+        return refuse(
+            libc::EINVAL,
+            format!(
+                "offset and length must be whole stripe rows of this file: multiples of {} \
+                 (stripe size {} x width {})",
+                mountcfg::format_size(row),
+                mountcfg::format_size(layout.stripe_size as u64),
+                layout.width
+            ),
+        );
+    }
+    if !insert && offset.saturating_add(length) >= inode.size {
+        return refuse(
+            libc::EINVAL,
+            format!(
+                "a collapse must end before the end of the file ({} bytes), as fallocate's does",
+                inode.size
+            ),
+        );
+    }
+    if insert && offset >= inode.size {
+        return refuse(
+            libc::EINVAL,
+            format!(
+                "an insert must start before the end of the file ({} bytes); past it, \
+                 truncate makes the file longer",
+                inode.size
+            ),
+        );
+    }
+    engine.shift_range(caller, ino, offset, length, insert)
 }
 
 /// removexattr of a control key.
@@ -225,7 +293,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         Key::Control => {
             Ok(format!("stripefs protocol={PROTOCOL} pid={}", std::process::id()).into_bytes())
         }
-        Key::Flush | Key::Migrate | Key::Failpoint => refuse(
+        Key::Flush | Key::Migrate | Key::Shift | Key::Failpoint => refuse(
             libc::ENODATA,
             format!("{} can be set, not read", name_of(key)),
         ),
@@ -281,7 +349,8 @@ fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Result<()> {
+fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
+    let uid = caller.uid;
     match key {
         Key::Layout | Key::Migrate => {
             let inode = engine.ns.get(ino)?;
@@ -432,6 +501,7 @@ pub fn set(engine: &Engine, uid: u32, ino: u64, key: Key, value: &[u8]) -> Resul
             })
         }
         Key::Failpoint if ino == ROOT => refuse(libc::EPERM, "only root may arm fault points"),
+        Key::Shift => shift(engine, caller, ino, value),
         Key::LayoutJson
         | Key::Status
         | Key::Usage
@@ -480,6 +550,23 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
                     ),
                 );
             }
+            // A share root or the mounter gave (priority, allocation, pinning) is theirs to
+            // take back, as it was theirs to give.
+            if let Some(t) = c.target(ino) {
+                let own_share = c.default_share(t.mode);
+                if !is_volume_admin(uid) && !t.same_share(&own_share) {
+                    return refuse(
+                        libc::EPERM,
+                        format!(
+                            "this target has a share root or the mounter gave it (priority={} \
+                             allocation={} pinned={}); only they may remove it",
+                            t.priority,
+                            t.allocation,
+                            u8::from(t.pinned)
+                        ),
+                    );
+                }
+            }
             c.remove_target(&engine.ns, ino)
                 .map_err(|e| match e.errno() {
                     libc::ENODATA => {
@@ -496,7 +583,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Mode
         | Key::Control
         | Key::Error => read_only(key),
-        Key::Migrate | Key::Flush | Key::Failpoint | Key::Unknown => no_such_key(key),
+        Key::Migrate | Key::Shift | Key::Flush | Key::Failpoint | Key::Unknown => no_such_key(key),
     }
 }
 

@@ -322,8 +322,11 @@ fn serve(
     fuse_config.n_threads = Some(m.fuse_threads(engine.caching.is_some()));
     let interval = m.commit_interval;
 
-    let mut session = fuser::Session::new(StripeFs::new(engine.clone()), &mountpoint, &fuse_config)
+    let fs = StripeFs::new(engine.clone());
+    let kernel = fs.kernel.clone();
+    let mut session = fuser::Session::new(fs, &mountpoint, &fuse_config)
         .map_err(|e| Error::Usage(format!("mount on {}: {e}", mountpoint.display())))?;
+    let _ = kernel.set(session.notifier());
     let mut unmounter = session.unmount_callable();
 
     // Background commits: what was written becomes durable within `interval`, as ext4's commit=.

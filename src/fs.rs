@@ -37,6 +37,9 @@ pub struct StripeFs {
     acl: bool,
     /// The kernel leaves the umask to the daemon (FUSE_DONT_MASK), for default ACLs.
     dont_mask: bool,
+    /// Tells the kernel what changed behind its back (a file's data moved by a collapse or
+    /// insert): set once the session exists.
+    pub kernel: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 impl StripeFs {
@@ -48,6 +51,7 @@ impl StripeFs {
             next_fh: AtomicU64::new(1),
             acl: false,
             dont_mask: false,
+            kernel: Arc::default(),
         }
     }
 
@@ -610,7 +614,17 @@ impl Filesystem for StripeFs {
     ) {
         let name = name.as_bytes();
         let r = match control::key(name) {
-            Some(key) => control::set_for(&self.engine, &caller(req), ino.0, key, value),
+            Some(key) => {
+                let r = control::set_for(&self.engine, &caller(req), ino.0, key, value);
+                if r.is_ok() && key == control::Key::Shift {
+                    // The file's bytes moved: the kernel's cached pages and size are stale.
+                    // Told before the reply, so the caller reads the new file at once.
+                    if let Some(k) = self.kernel.get() {
+                        let _ = k.inval_inode(ino, 0, -1);
+                    }
+                }
+                r
+            }
             None if acl::is_acl(name) => self.set_acl(req, ino.0, name, Some(value)),
             None => self.engine.ns.setxattr(ino.0, name, value, flags),
         };

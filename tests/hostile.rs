@@ -275,6 +275,19 @@ fn a_folder_owner_chooses_the_mode_but_not_the_share_of_the_cache() {
     let out = set("allocation=0.9");
     assert!(!out.status.success());
     assert_eq!(get(), "mode=wt priority=0 allocation=1 pinned=1");
+    // Nor may the owner take back the share root gave by removing the target.
+    let out = as_tests(&["setfattr", "-x", "user.stripefs.cache", d]);
+    assert!(!out.status.success(), "the owner removed root's share");
+    assert_eq!(get(), "mode=wt priority=0 allocation=1 pinned=1");
+    // A target of its own share, the owner may remove.
+    setxattr(&dir, "user.stripefs.cache", b"priority=1 pinned=0").unwrap();
+    let out = as_tests(&["setfattr", "-x", "user.stripefs.cache", d]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(getxattr(&dir, "user.stripefs.cache").is_err());
     // Another user's folder is refused whatever the setting.
     fs::create_dir(v.path("roots")).unwrap();
     let out = as_tests(&[

@@ -1,8 +1,10 @@
 //! A file's ranges as ext4 users rely on them, each operation checked against an in-memory
 //! model of the file's bytes: copy_file_range (aligned, object to object, and not),
-//! fallocate's ZERO_RANGE, PUNCH_HOLE, COLLAPSE_RANGE and INSERT_RANGE, SEEK_DATA and
-//! SEEK_HOLE, and st_blocks from what the objects really hold; collapse and insert also across
-//! a crash (the old file or the new, never a blend).
+//! fallocate's ZERO_RANGE and PUNCH_HOLE, collapse and insert (fallocate's COLLAPSE_RANGE and
+//! INSERT_RANGE, which the kernel does not pass to FUSE: `stripefs collapse|insert` and the
+//! `user.stripefs.shift` key do them), SEEK_DATA and SEEK_HOLE, and st_blocks from what the
+//! objects really hold; collapse and insert also across a crash (the old file or the new,
+//! never a blend).
 
 mod common;
 
@@ -50,6 +52,16 @@ fn copy_range(from: &File, from_off: u64, to: &File, to_off: u64, len: u64) -> u
         done += n as u64;
     }
     done
+}
+
+/// Collapse (`insert` false) or insert through the control key, as `stripefs collapse|insert`.
+fn shift(path: &Path, insert: bool, offset: u64, len: u64) -> std::io::Result<()> {
+    let how = if insert { "insert" } else { "collapse" };
+    setxattr(
+        path,
+        "user.stripefs.shift",
+        format!("{how} {offset} {len}").as_bytes(),
+    )
 }
 
 fn seek(f: &File, offset: u64, whence: i32) -> Option<u64> {
@@ -195,24 +207,25 @@ fn random_ranges(extra: &str) {
                 let offset = rng.below(size / ROW - 1) * ROW;
                 let rows = 1 + rng.below(((size - offset) / ROW - 1).clamp(1, 3));
                 let len = rows * ROW;
-                let f = &mut files[which];
+                let path = v.path(files[which].name);
                 if offset + len >= size {
-                    let e = fallocate(&f.file, libc::FALLOC_FL_COLLAPSE_RANGE, offset, len);
-                    assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+                    let e = shift(&path, false, offset, len).unwrap_err();
+                    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
                     "collapse to the end (refused)".to_string()
                 } else {
-                    fallocate(&f.file, libc::FALLOC_FL_COLLAPSE_RANGE, offset, len).unwrap();
-                    f.model.drain(offset as usize..(offset + len) as usize);
+                    shift(&path, false, offset, len).unwrap();
+                    let at = offset as usize;
+                    files[which].model.drain(at..at + len as usize);
                     format!("collapse {len} at {offset}")
                 }
             }
             6 if size > ROW => {
                 let offset = rng.below(size / ROW) * ROW;
                 let len = (1 + rng.below(2)) * ROW;
-                let f = &mut files[which];
-                fallocate(&f.file, libc::FALLOC_FL_INSERT_RANGE, offset, len).unwrap();
+                shift(&v.path(files[which].name), true, offset, len).unwrap();
                 let at = offset as usize;
-                f.model
+                files[which]
+                    .model
                     .splice(at..at, std::iter::repeat_n(0u8, len as usize));
                 format!("insert {len} at {offset}")
             }
@@ -225,18 +238,10 @@ fn random_ranges(extra: &str) {
     // Ranges not in whole stripe rows are refused, as ext4 refuses them off its blocks.
     let f = &files[0];
     for (offset, len) in [(STRIPE, ROW), (0, STRIPE), (ROW, ROW + 4096)] {
-        let e = fallocate(&f.file, libc::FALLOC_FL_COLLAPSE_RANGE, offset, len).unwrap_err();
-        assert_eq!(
-            e.raw_os_error(),
-            Some(libc::EINVAL),
-            "collapse {len} at {offset}"
-        );
-        let e = fallocate(&f.file, libc::FALLOC_FL_INSERT_RANGE, offset, len).unwrap_err();
-        assert_eq!(
-            e.raw_os_error(),
-            Some(libc::EINVAL),
-            "insert {len} at {offset}"
-        );
+        for insert in [false, true] {
+            let e = shift(&v.path("f"), insert, offset, len).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{len} at {offset}");
+        }
     }
     f.check("refused shifts");
     let models: Vec<Vec<u8>> = files.iter().map(|f| f.model.clone()).collect();
@@ -360,49 +365,71 @@ fn a_crash_in_a_collapse_or_insert_shows_the_old_file_or_the_new() {
     let mut v = TestVolume::new(DEVICES as usize, "16K", "");
     v.mount();
     let mut rng = Rng::new(3);
-    let old = rng.bytes((8 * ROW) as usize);
-    fs::write(v.path("f"), &old).unwrap();
+    fs::write(v.path("f"), rng.bytes((8 * ROW) as usize)).unwrap();
     File::open(v.path("f")).unwrap().sync_all().unwrap();
-    for (mode, name) in [
-        (libc::FALLOC_FL_COLLAPSE_RANGE, "collapse"),
-        (libc::FALLOC_FL_INSERT_RANGE, "insert"),
-    ] {
+    for (insert, name) in [(false, "collapse"), (true, "insert")] {
         let before = fs::read(v.path("f")).unwrap();
         let mut after = before.clone();
         let (at, len) = (2 * ROW as usize, ROW as usize);
-        if mode == libc::FALLOC_FL_COLLAPSE_RANGE {
-            after.drain(at..at + len);
-        } else {
+        if insert {
             after.splice(at..at, std::iter::repeat_n(0u8, len));
+        } else {
+            after.drain(at..at + len);
         }
         // Killed with the new objects written, before the switch.
-        setxattr(
-            &v.mnt,
-            "user.stripefs.failpoint",
-            b"engine.shift-copied=return(crash)",
-        )
-        .unwrap();
+        let armed = b"engine.shift-copied=return(crash)";
+        setxattr(&v.mnt, "user.stripefs.failpoint", armed).unwrap();
         let pid = v.daemon_pid();
-        let f = open_rw(&v.path("f"));
-        assert!(fallocate(&f, mode, at as u64, len as u64).is_err());
-        drop(f);
+        assert!(shift(&v.path("f"), insert, at as u64, len as u64).is_err());
         v.forget_dead_daemon(pid);
         v.mount();
-        assert!(
-            fs::read(v.path("f")).unwrap() == before,
-            "{name}: crash before the switch"
-        );
+        let now = fs::read(v.path("f")).unwrap();
+        assert!(now == before, "{name}: crash before the switch");
         // Killed right after it returned: the new file.
-        let f = open_rw(&v.path("f"));
-        fallocate(&f, mode, at as u64, len as u64).unwrap();
-        drop(f);
+        shift(&v.path("f"), insert, at as u64, len as u64).unwrap();
         v.crash();
         v.mount();
-        assert!(
-            fs::read(v.path("f")).unwrap() == after,
-            "{name}: crash after it returned"
-        );
+        let now = fs::read(v.path("f")).unwrap();
+        assert!(now == after, "{name}: crash after it returned");
     }
     v.umount();
     v.assert_fsck_clean("after crashes in collapse and insert");
+}
+
+/// The kernel refuses fallocate's COLLAPSE_RANGE and INSERT_RANGE on FUSE before the daemon
+/// sees them (fs/fuse/file.c), so they are commands; their refusals say why.
+#[test]
+fn collapse_and_insert_are_commands_and_say_why_they_refuse() {
+    let mut v = TestVolume::new(DEVICES as usize, "16K", "");
+    v.mount();
+    let data: Vec<u8> = (0..(4 * ROW)).map(|i| (i / 4096) as u8).collect();
+    fs::write(v.path("f"), &data).unwrap();
+    let f = open_rw(&v.path("f"));
+    let e = fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, ROW).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP),
+        "the kernel passes it on now: {e}"
+    );
+    drop(f);
+    let f = v.path("f");
+    let f = f.to_str().unwrap();
+    let out = stripefs(&["collapse", f, "16K", "48K"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("whole stripe rows") && said.contains("48K"),
+        "{said}"
+    );
+    let out = stripefs_ok(&["collapse", f, "48K", "48K"]);
+    assert!(out.contains("now 147456 bytes"), "{out}");
+    let mut want = data.clone();
+    want.drain(ROW as usize..2 * ROW as usize);
+    assert!(fs::read(v.path("f")).unwrap() == want);
+    stripefs_ok(&["insert", f, "0", "96K"]);
+    want.splice(0..0, std::iter::repeat_n(0u8, 2 * ROW as usize));
+    assert!(fs::read(v.path("f")).unwrap() == want);
+    let out = stripefs(&["insert", f, "48000K", "48K"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("before the end of the file"));
+    v.umount();
 }

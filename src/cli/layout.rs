@@ -1,4 +1,4 @@
-//! Layout commands: layout get/set/clear, migrate.
+//! Layout commands: layout get/set/clear, migrate, and collapse/insert (rows of a file).
 
 use super::resolve::resolve;
 use super::{refusal, LayoutAction};
@@ -20,6 +20,22 @@ pub fn migrate(file: &Path, stripe_size: Option<String>, width: Option<u32>) -> 
     done.map_err(refusal("migrate", file, "migrate"))?;
     let now = xattr::control_get(file, "layout").map_err(refusal("migrate", file, "layout"))?;
     println!("{}: {}", file.display(), String::from_utf8_lossy(&now));
+    Ok(0)
+}
+
+/// `stripefs collapse|insert FILE OFFSET LENGTH`.
+pub fn shift(file: &Path, how: &str, offset: &str, length: &str) -> Result<i32> {
+    for (what, v) in [("OFFSET", offset), ("LENGTH", length)] {
+        mountcfg::parse_size(v).map_err(|e| Error::Usage(format!("{what} {v}: {e}")))?;
+    }
+    resolve(file)?;
+    let spec = format!("{how} {offset} {length}");
+    xattr::control_set(file, "shift", spec.as_bytes()).map_err(refusal(how, file, "shift"))?;
+    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "{}: {how} {length} at {offset}; now {size} bytes",
+        file.display()
+    );
     Ok(0)
 }
 

@@ -82,6 +82,37 @@ enum Command {
         #[arg(long)]
         width: Option<u32>,
     },
+    /// Take whole stripe rows out of a file, the rest moving down (fallocate --collapse-range)
+    #[command(
+        after_help = "OFFSET and LENGTH: multiples of the file's stripe row (stripe size x \
+        width, as `stripefs layout get` shows); the range must end before the end of the \
+        file. Done in one step: a crash leaves the file as before or as after. (The kernel \
+        does not pass fallocate's COLLAPSE_RANGE to FUSE filesystems, so this command does \
+        it.)\n\nExample:\n  stripefs collapse /mnt/vol/vm/disk.img 1M 256K"
+    )]
+    Collapse {
+        /// A regular file on a mounted volume
+        file: PathBuf,
+        /// Where the range starts (bytes; K, M, G suffixes)
+        offset: String,
+        /// How long it is
+        length: String,
+    },
+    /// Put zeros (a hole) of whole stripe rows into a file, the rest moving up
+    /// (fallocate --insert-range)
+    #[command(
+        after_help = "OFFSET and LENGTH: multiples of the file's stripe row (stripe size x \
+        width); OFFSET before the end of the file. Done in one step: a crash leaves the \
+        file as before or as after.\n\nExample:\n  stripefs insert /mnt/vol/vm/disk.img 1M 256K"
+    )]
+    Insert {
+        /// A regular file on a mounted volume
+        file: PathBuf,
+        /// Where the hole goes (bytes; K, M, G suffixes)
+        offset: String,
+        /// How long it is
+        length: String,
+    },
     /// Check a volume (not mounted) for namespace and object inconsistencies
     #[command(after_help = FSCK_EXIT_CODES)]
     Fsck {
@@ -353,6 +384,16 @@ fn run(command: Command) -> Result<i32> {
             repair,
             json,
         } => volume::fsck(&config, repair, json),
+        Command::Collapse {
+            file,
+            offset,
+            length,
+        } => layout::shift(&file, "collapse", &offset, &length),
+        Command::Insert {
+            file,
+            offset,
+            length,
+        } => layout::shift(&file, "insert", &offset, &length),
         Command::Demo { dir, devices } => volume::demo(&dir, devices.into()).map(|()| 0),
         Command::Man => man(&mut std::io::stdout().lock())
             .map(|()| 0)

@@ -46,10 +46,11 @@ impl Engine {
         }
     }
 
-    /// copy_file_range(2) inside the volume: object to object on each device with the
-    /// backing filesystem's own copy_file_range when both files are striped alike and the
-    /// offsets fall alike in a stripe row (so XFS or btrfs devices share extents), else read
-    /// and written here; holes stay holes. Returns the bytes copied (at most `COPY_MAX`).
+    /// copy_file_range(2) inside the volume: object to object with the backing filesystem's
+    /// own copy_file_range when both files are striped alike and the offsets fall alike in a
+    /// stripe row (XFS or btrfs devices then share extents), holes kept; else read and
+    /// written here, through the cache when there is one. Returns the bytes copied (at most
+    /// `COPY_MAX`).
     pub fn copy_range(
         &self,
         caller: Caller,
@@ -80,15 +81,23 @@ impl Engine {
         }
         self.drop_setid(&dst, caller)?;
         let row = src_layout.stripe_size as u64 * src_layout.width as u64;
-        let copied =
-            if self.caching.is_none() && src_layout == dst_layout && from_off % row == to_off % row
-            {
-                self.volume
-                    .copy_aligned(src.object, dst.object, &src_layout, from_off, to_off, len)
-                    .map_err(Error::from)
-            } else {
-                self.copy_through(&src, &src_layout, from_off, &dst, &dst_layout, to_off, len)
-            };
+        let alike = (src_layout.stripe_size, src_layout.width)
+            == (dst_layout.stripe_size, dst_layout.width);
+        let copied = if self.caching.is_none() && alike && from_off % row == to_off % row {
+            self.volume
+                .copy_aligned(
+                    src.object,
+                    &src_layout,
+                    from_off,
+                    dst.object,
+                    &dst_layout,
+                    to_off,
+                    len,
+                )
+                .map_err(Error::from)
+        } else {
+            self.copy_through(&src, &src_layout, from_off, &dst, &dst_layout, to_off, len)
+        };
         if let Err(e) = copied {
             if end > dst.size {
                 // Nothing may show past the old end.
@@ -147,7 +156,7 @@ impl Engine {
     /// rows only (EINVAL otherwise, as ext4 wants whole blocks). The file is rebuilt into a
     /// new object (extents shared where the devices can) and switched to in one durable
     /// commit: a crash shows the file before or after, never shifted on some devices only.
-    pub(super) fn shift_range(
+    pub fn shift_range(
         &self,
         caller: Caller,
         ino: u64,
@@ -160,7 +169,7 @@ impl Engine {
         let (inode, layout) = self.file(ino)?;
         let row = layout.stripe_size as u64 * layout.width as u64;
         let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
-        if len == 0 || offset % row != 0 || len % row != 0 {
+        if len == 0 || !offset.is_multiple_of(row) || !len.is_multiple_of(row) {
             return errno(libc::EINVAL);
         }
         // As ext4: a collapse must end before the end of file, an insert start before it.

@@ -7,7 +7,7 @@ use super::*;
 
 /// Xattr values waiting for the next durable commit past this make it now: they are kept in
 /// memory until then, for a store that has to be written again after a failed write.
-const UNSYNCED_MAX: usize = 16 << 20;
+const UNSYNCED_MAX: usize = 4 << 20;
 /// How often a store that could not be written again is tried.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 

@@ -57,41 +57,47 @@ impl Volume {
         Ok(first.map(|f| f.max(offset)))
     }
 
-    /// Copies `len` bytes at `from_off` of the file `from` to `to_off` of the file `to`, both
-    /// striped by `layout`, the offsets equal modulo a stripe row: then each device's share
-    /// is one contiguous range of its object, copied object to object. Holes stay holes (a
-    /// hole in the source punches the destination).
+    /// Copies `len` bytes at `from_off` of the file `from` to `to_off` of the file `to`,
+    /// striped alike (stripe size and width; the first device may differ), the offsets equal
+    /// modulo a stripe row: then each slot's share is one contiguous range of its object,
+    /// copied to the same slot's object of `to` (on the same device when the first devices
+    /// agree, so the backing filesystem can share the extents). Holes stay holes (a hole in
+    /// the source punches the destination).
+    #[allow(clippy::too_many_arguments)]
     pub fn copy_aligned(
         &self,
         from: u64,
-        to: u64,
-        layout: &Layout,
+        from_layout: &Layout,
         from_off: u64,
+        to: u64,
+        to_layout: &Layout,
         to_off: u64,
         len: u64,
     ) -> Result<()> {
-        let row = layout.stripe_size as u64 * layout.width as u64;
-        assert_eq!(
-            from_off % row,
-            to_off % row,
-            "copy_aligned needs row-aligned offsets"
+        let row = from_layout.stripe_size as u64 * from_layout.width as u64;
+        assert!(
+            from_layout.stripe_size == to_layout.stripe_size
+                && from_layout.width == to_layout.width
+                && from_off % row == to_off % row,
+            "copy_aligned needs alike layouts and row-aligned offsets"
         );
         let (src, dst) = (self.objects(from), self.objects(to));
         let n = self.device_count();
         let mut done = 0u64;
         while done < len {
             let chunk = (len - done).min(1 << 30);
-            for io in layout.plan(from_off + done, chunk as usize) {
-                let dev = layout.device_of_slot(io.slot, n);
-                let at = layout.unmap(io.slot, io.obj_offset) - from_off + to_off;
-                let (slot, dst_off) = layout.map(at);
+            for io in from_layout.plan(from_off + done, chunk as usize) {
+                let src_dev = from_layout.device_of_slot(io.slot, n);
+                let dst_dev = to_layout.device_of_slot(io.slot, n);
+                let at = from_layout.unmap(io.slot, io.obj_offset) - from_off + to_off;
+                let (slot, dst_off) = to_layout.map(at);
                 debug_assert_eq!(slot, io.slot);
-                let out = self.object(&dst, dev, to, true)?.expect("created");
-                let copied = match self.object(&src, dev, from, false)? {
-                    Some(f) => copy_extents(&f, io.obj_offset, &out, dst_off, io.len() as u64),
-                    None => punch(&out, dst_off, io.len() as u64),
+                let out = self.object(&dst, dst_dev, to, true)?.expect("created");
+                let copied = match self.object(&src, src_dev, from, false)? {
+                    Some(f) => copy_extents(&f, io.obj_offset, &out, dst_off, io.len()),
+                    None => punch(&out, dst_off, io.len()),
                 };
-                copied.map_err(|e| self.io_err(dev, e))?;
+                copied.map_err(|e| self.io_err(dst_dev, e))?;
             }
             done += chunk;
         }
@@ -114,7 +120,10 @@ impl Volume {
     ) -> Result<()> {
         let s = layout.stripe_size as u64;
         let row = s * layout.width as u64;
-        assert!(offset % row == 0 && len % row == 0, "shifts are whole rows");
+        assert!(
+            offset.is_multiple_of(row) && len.is_multiple_of(row),
+            "shifts are whole rows"
+        );
         let (at, shift) = (offset / row * s, len / row * s);
         let (src, dst) = (self.objects(from), self.objects(to));
         let n = self.device_count();
@@ -277,7 +286,7 @@ mod tests {
                     let at = layout.unmap(slot, o);
                     assert!(at >= offset, "slot {slot} offset {offset}: {at}");
                     // And nothing of this slot between `offset` and `at`.
-                    if o > 0 && o % stripe as u64 == 0 {
+                    if o > 0 && o.is_multiple_of(stripe as u64) {
                         assert!(layout.unmap(slot, o - 1) < offset);
                     }
                 }
