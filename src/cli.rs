@@ -63,6 +63,16 @@ enum Command {
         #[arg(long)]
         lazy: bool,
     },
+    /// Link /sbin/mount.fuse.stripefs and /sbin/umount.fuse.stripefs to this binary, for
+    /// mount(8), umount(8) and /etc/fstab (idempotent; root)
+    InstallHelper {
+        /// Put the links in PREFIX/sbin
+        #[arg(long, default_value = "/")]
+        prefix: PathBuf,
+        /// Remove the links instead
+        #[arg(long)]
+        uninstall: bool,
+    },
     /// Volume status: uuid, devices, layout, files, options
     Status {
         mountpoint: PathBuf,
@@ -284,6 +294,7 @@ fn run(command: Command) -> Result<i32> {
                 daemon::apply_mount_options(&mut cfg, o)?;
             }
             daemon::clear_mountpoint(&mountpoint)?;
+            crate::mount::busy::wait_for_unmounting_daemon(&cfg, Duration::from_secs(10))?;
             if foreground {
                 // SAFETY: the fd was handed to us by our parent for this purpose.
                 let ready = match ready_fd {
@@ -314,6 +325,12 @@ fn run(command: Command) -> Result<i32> {
         }
         Command::Umount { mountpoint, lazy } => {
             daemon::umount(&mountpoint, lazy, Duration::from_secs(600))?;
+            Ok(0)
+        }
+        Command::InstallHelper { prefix, uninstall } => {
+            for line in crate::mount::helper::install_helper(&prefix, uninstall)? {
+                println!("{line}");
+            }
             Ok(0)
         }
         Command::Status { mountpoint, json } => {
