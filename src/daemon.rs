@@ -335,10 +335,15 @@ fn serve(
             max_read: 1 << 20,
         };
         let (fd, mounted) = mount::kernel::mount(&spec, &mountpoint)?;
+        // So that umount(8) runs umount.fuse.stripefs, which waits for us (see utab.rs).
+        if let Err(e) = mount::utab::add(&spec.source, &mountpoint) {
+            log::warn!("umount(8) will not wait for this daemon: /run/mount/utab: {e}");
+        }
         match fuser::Session::from_fd(fs, fd, acl, fuse_config) {
             Ok(session) => (session, Unmounter::Own(mounted)),
             Err(e) => {
                 let _ = mounted.unmount(true);
+                let _ = mount::utab::remove(&mountpoint);
                 return Err(mount_error(e));
             }
         }
@@ -433,7 +438,7 @@ fn serve(
         }
     });
 
-    set_readahead_after_init(&mountpoint, m.readahead);
+    set_readahead(&mountpoint, m.readahead);
     log::info!(
         "mounted volume {} on {} (pid {})",
         engine.volume.uuid(),
@@ -457,6 +462,9 @@ fn serve(
                 "detaching {} after the session ended: {e}",
                 mountpoint.display()
             );
+        }
+        if let Err(e) = mount::utab::remove(&mountpoint) {
+            log::warn!("/run/mount/utab: {e}");
         }
     }
     drop(stop_tx);
@@ -489,31 +497,22 @@ fn serve(
     synced
 }
 
-/// Sets the mount's readahead (`/sys/class/bdi/<dev>/read_ahead_kb`) once INIT is answered:
-/// FUSE caps it at what INIT negotiated (128 KiB here) and INIT would lower an earlier value.
-/// A thread waits for the first stat of the mountpoint, which the kernel serves after INIT.
-fn set_readahead_after_init(mountpoint: &Path, bytes: u64) {
-    let mountpoint = mountpoint.to_path_buf();
-    let spawned = std::thread::Builder::new()
-        .name("readahead".into())
-        .spawn(move || {
-            use std::os::unix::fs::MetadataExt;
-            let dev = match std::fs::metadata(&mountpoint) {
-                Ok(md) => md.dev(),
-                Err(e) => return log::warn!("readahead not set: {e}"),
-            };
-            let path = format!(
-                "/sys/class/bdi/{}:{}/read_ahead_kb",
-                libc::major(dev),
-                libc::minor(dev)
-            );
-            match std::fs::write(&path, format!("{}\n", bytes / 1024)) {
-                Ok(()) => log::info!("readahead {} KiB ({path})", bytes / 1024),
-                Err(e) => log::warn!("readahead not set ({path}): {e}"),
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("readahead not set: {e}");
+/// Sets the mount's readahead (`/sys/class/bdi/<dev>/read_ahead_kb`) once INIT is answered
+/// (FUSE caps it at what INIT negotiated, 128 KiB here, and INIT would lower an earlier
+/// value): fuser answers INIT before its session is returned. The mount is found in
+/// mountinfo, not by a stat of the mountpoint: nothing of ours may be inside the mount (an
+/// umount right after the mount would find it busy).
+fn set_readahead(mountpoint: &Path, bytes: u64) {
+    let Some(dev) = mountinfo::mount_at(mountpoint)
+        .filter(|m| mountinfo::is_fuse(&m.fstype))
+        .map(|m| m.dev)
+    else {
+        return log::warn!("readahead not set: {} is not listed", mountpoint.display());
+    };
+    let path = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    match std::fs::write(&path, format!("{}\n", bytes / 1024)) {
+        Ok(()) => log::info!("readahead {} KiB ({path})", bytes / 1024),
+        Err(e) => log::warn!("readahead not set ({path}): {e}"),
     }
 }
 

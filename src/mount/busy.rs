@@ -84,7 +84,10 @@ fn parse_lock_id(s: &str) -> Option<(u64, u64)> {
 /// lazy one), while the daemon may need a moment longer to write back and let go.
 fn still_mounted(record: &RunRecord) -> bool {
     match &record.dev {
-        Some(dev) => super::mountinfo::all().iter().any(|m| &m.dev == dev),
+        // Device numbers of FUSE mounts are reused at once: the mountpoint must match too.
+        Some(dev) => super::mountinfo::all()
+            .iter()
+            .any(|m| &m.dev == dev && m.mountpoint == record.mountpoint),
         None => super::mountinfo::mount_at(&record.mountpoint)
             .is_some_and(|m| super::mountinfo::is_fuse(&m.fstype)),
     }
@@ -123,9 +126,13 @@ pub fn wait_for_unmounting_daemon(config: &mountcfg::Config, timeout: Duration) 
         let mp = record.mountpoint.display();
         if still_mounted(&record) {
             return Err(Error::Usage(format!(
-                "the volume is mounted on {mp} (daemon pid {pid}, holding {}); unmount it \
-                 first (stripefs umount {mp})",
-                file.display()
+                "{} is in use by another stripefs mount: the volume is mounted on {mp} \
+                 (daemon pid {pid}); unmount it first (stripefs umount {mp})",
+                file.parent()
+                    .and_then(Path::parent)
+                    .filter(|_| file.ends_with(".stripefs/lock"))
+                    .map(|d| format!("device {}", d.display()))
+                    .unwrap_or_else(|| format!("namespace store {}", file.display()))
             )));
         }
         if start.elapsed() >= timeout {
