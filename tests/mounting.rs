@@ -368,3 +368,187 @@ fn the_log_file_is_capped_and_rotated() {
         "{now}"
     );
 }
+
+/// The unit example: `systemd-analyze verify` accepts it (where systemd-analyze exists), and
+/// its ExecStart and ExecStop command lines, read from the file and run as systemd would run
+/// them, mount a volume and then write it back and unmount it.
+#[test]
+fn the_systemd_unit_verifies_and_its_commands_mount_and_unmount() {
+    let unit_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/stripefs@.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[cache]\nstore = \"ram\"\nsize = \"16M\"\nline_size = \"64K\"\nmode = \"wb\"\n\
+         [cache.cleaner]\nstaleness = \"1h\"\n",
+    );
+    // The instance names the mountpoint (systemd-escape -p), %f gives it back.
+    let instance = v
+        .mnt_str()
+        .trim_start_matches('/')
+        .replace('-', "\\x2d")
+        .replace('/', "-");
+
+    // 1. systemd-analyze verify, on a copy whose binary is this build's.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join(format!("stripefs@{instance}.service"));
+    std::fs::write(&copy, unit.replace("/usr/bin/stripefs", BIN)).unwrap();
+    match Command::new("systemd-analyze").arg("--version").output() {
+        Err(e) => println!("systemd-analyze verify skipped: systemd-analyze not found ({e})"),
+        Ok(_) => {
+            let out = run_with_timeout(
+                Command::new("systemd-analyze")
+                    .args(["verify", "--man=no"])
+                    .arg(&copy),
+                Duration::from_secs(60),
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "systemd-analyze verify: {err}");
+            assert!(
+                !err.contains("stripefs@") && !err.contains("Unknown"),
+                "systemd-analyze verify: {err}"
+            );
+        }
+    }
+
+    // 2. ExecStart and ExecStop as systemd would run them: specifiers and ${VAR} expanded,
+    // the config pointed at the test volume's.
+    let mut env = std::collections::HashMap::new();
+    let (mut start, mut stop) = (Vec::new(), Vec::new());
+    for line in unit.lines().map(str::trim) {
+        if let Some(kv) = line.strip_prefix("Environment=") {
+            let (k, val) = kv.split_once('=').unwrap();
+            env.insert(k.to_string(), val.to_string());
+        } else if let Some(cmd) = line.strip_prefix("ExecStart=") {
+            start.push(cmd.to_string());
+        } else if let Some(cmd) = line.strip_prefix("ExecStop=") {
+            stop.push(cmd.to_string());
+        }
+    }
+    assert!(!start.is_empty() && !stop.is_empty(), "{unit}");
+    env.insert("STRIPEFS_CONFIG".into(), v.cfg().to_string());
+    let mnt = v.mnt_str().to_string();
+    let expand = |cmd: &str| -> Vec<String> {
+        let cmd = cmd
+            .trim_start_matches(['-', '@', '+', '!'])
+            .replace("%f", &mnt)
+            .replace("%i", &instance)
+            .replace("%%", "%");
+        cmd.split_whitespace()
+            .enumerate()
+            .map(|(i, word)| {
+                let mut word = word.to_string();
+                for (k, val) in &env {
+                    word = word.replace(&format!("${{{k}}}"), val);
+                }
+                if i == 0 && word.ends_with("/stripefs") {
+                    BIN.to_string()
+                } else {
+                    word
+                }
+            })
+            .collect()
+    };
+    let run = |cmds: &[String]| {
+        for cmd in cmds {
+            let words = expand(cmd);
+            let out = run_with_timeout(
+                Command::new(&words[0]).args(&words[1..]),
+                Duration::from_secs(120),
+            );
+            assert!(out.status.success(), "{words:?}: {out:?}");
+        }
+    };
+    run(&start);
+    v.umount_on_drop();
+    assert_eq!(findmnt(v.mnt_str(), "FSTYPE"), "fuse.stripefs");
+    // Data that sits in the write-back cache (no cleaning for an hour) when the unit stops.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(v.path("kept"), &data).unwrap();
+    let pid = v.daemon_pid();
+    run(&stop);
+    assert!(!alive(pid), "ExecStop returned before the daemon ended");
+    assert!(findmnt(v.mnt_str(), "FSTYPE").is_empty());
+    // The volume is whole without the (RAM) cache of the stopped daemon.
+    v.assert_fsck_clean("after ExecStop");
+    v.mount();
+    assert_eq!(std::fs::read(v.path("kept")).unwrap(), data);
+    v.umount();
+}
+
+/// The Debian package's description (`cargo deb` is not run here): its assets exist, and its
+/// maintainer scripts, run against a temporary root with this build as /usr/bin/stripefs,
+/// make the helper links (and the man page and completions where the binary has them) and
+/// take them away again.
+#[test]
+fn the_debian_package_description_is_whole() {
+    let root_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root_dir.join("Cargo.toml")).unwrap()).unwrap();
+    let deb = &manifest["package"]["metadata"]["deb"];
+    for asset in deb["assets"].as_array().unwrap() {
+        let src = asset[0].as_str().unwrap();
+        if src != "target/release/stripefs" {
+            assert!(root_dir.join(src).exists(), "asset {src} is missing");
+        }
+    }
+    let scripts = root_dir.join(deb["maintainer-scripts"].as_str().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let run_script = |name: &str, arg: &str| {
+        let text = std::fs::read_to_string(scripts.join(name)).unwrap();
+        let text = text
+            .replace(
+                "/usr/bin/stripefs install-helper",
+                &format!(
+                    "/usr/bin/stripefs install-helper --prefix {}",
+                    root.display()
+                ),
+            )
+            .replace("/usr/share/", &format!("{}/usr/share/", root.display()))
+            .replace("/usr/bin/stripefs", BIN);
+        let out = run_with_timeout(
+            Command::new("sh").arg("-c").arg(&text).args([name, arg]),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{name} {arg}: {out:?}");
+    };
+    run_script("postinst", "configure");
+    let exe = std::fs::canonicalize(BIN).unwrap();
+    for name in ["mount.fuse.stripefs", "umount.fuse.stripefs"] {
+        assert_eq!(
+            std::fs::read_link(root.join("sbin").join(name)).unwrap(),
+            exe
+        );
+    }
+    // The man page and completions come from `stripefs man` and `stripefs completions`.
+    let has = |args: &[&str]| stripefs(args).status.success();
+    let generated = [
+        (has(&["man"]), "usr/share/man/man1/stripefs.1.gz"),
+        (
+            has(&["completions", "bash"]),
+            "usr/share/bash-completion/completions/stripefs",
+        ),
+        (
+            has(&["completions", "zsh"]),
+            "usr/share/zsh/vendor-completions/_stripefs",
+        ),
+        (
+            has(&["completions", "fish"]),
+            "usr/share/fish/vendor_completions.d/stripefs.fish",
+        ),
+    ];
+    for (made, file) in generated {
+        assert_eq!(root.join(file).exists(), made, "{file}");
+        if !made {
+            println!("{file}: this build has no such command yet; the postinst skips it");
+        }
+    }
+    run_script("prerm", "remove");
+    for name in ["mount.fuse.stripefs", "umount.fuse.stripefs"] {
+        assert!(std::fs::symlink_metadata(root.join("sbin").join(name)).is_err());
+    }
+    for (_, file) in generated {
+        assert!(!root.join(file).exists(), "{file}");
+    }
+}
