@@ -272,7 +272,33 @@ fn umount_then_mount_at_once_is_never_refused() {
     let pid = v.daemon_pid();
     assert!(umount8(v.mnt_str()).status.success());
     assert!(!alive(pid));
-    v.mount();
+    // An fstab line: `mount -a` mounts it, and then knows it is mounted (source and type
+    // match what the kernel lists).
+    let fstab = v.root.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "{} {} fuse.stripefs noatime,nofail 0 0\n",
+            v.cfg(),
+            v.mnt_str()
+        ),
+    )
+    .unwrap();
+    let mount_a = || {
+        run_with_timeout(
+            Command::new("mount").args(["-v", "-a", "-T"]).arg(&fstab),
+            Duration::from_secs(60),
+        )
+    };
+    let out = mount_a();
+    assert!(out.status.success(), "{out:?}");
+    v.umount_on_drop();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("successfully mounted"));
+    let out = mount_a();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("already mounted"),
+        "{out:?}"
+    );
     v.umount();
 }
 
