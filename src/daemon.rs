@@ -655,6 +655,10 @@ pub fn clear_dead_mount(path: &Path) -> Result<Option<String>> {
         )));
     }
     detach(path)?;
+    // Its daemon could not take its utab entry away.
+    if let Some(p) = mountinfo::resolve(path) {
+        let _ = mount::utab::remove(&p);
+    }
     Ok(Some(source))
 }
 
