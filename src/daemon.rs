@@ -388,6 +388,15 @@ fn serve(
         (session, unmounter)
     };
     let unmounter = Arc::new(parking_lot::Mutex::new(unmounter));
+    // A failure from here until the session runs must not leave the mount behind (dead once
+    // the session's descriptor is closed).
+    let abandon = |e: String| {
+        if let Unmounter::Own(m) = &*unmounter.lock() {
+            let _ = m.unmount(true);
+            let _ = mount::utab::remove(&mountpoint);
+        }
+        Error::Usage(e)
+    };
 
     // Background commits: what was written becomes durable within `interval`, as ext4's commit=.
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -413,7 +422,7 @@ fn serve(
                     }
                 }
             })
-            .map_err(|e| Error::Usage(format!("cannot start the committer: {e}")))?
+            .map_err(|e| abandon(format!("cannot start the committer: {e}")))?
     };
 
     let mut signals = signal_hook::iterator::Signals::new([
@@ -421,7 +430,7 @@ fn serve(
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
     ])
-    .map_err(|e| Error::Usage(format!("cannot watch signals: {e}")))?;
+    .map_err(|e| abandon(format!("cannot watch signals: {e}")))?;
     let signal_handle = signals.handle();
     let mp_for_signal = mountpoint.clone();
     let signal_unmounter = unmounter.clone();
