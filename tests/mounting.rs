@@ -49,6 +49,15 @@ fn umount8(mnt: &str) -> std::process::Output {
     run_with_timeout(Command::new("umount").arg(mnt), Duration::from_secs(120))
 }
 
+/// umount(8) without its helpers (`-i`): the kernel unmounts and umount(8) returns while the
+/// daemon may still be finishing.
+fn umount8_no_helper(mnt: &str) -> std::process::Output {
+    run_with_timeout(
+        Command::new("umount").args(["-i", mnt]),
+        Duration::from_secs(120),
+    )
+}
+
 /// Lines of the daemon log that warn or err.
 fn warnings(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
@@ -164,7 +173,7 @@ fn mount_waits_for_a_daemon_still_unmounting() {
         b"namespace.mark-clean=sleep(1500)",
     )
     .unwrap();
-    let out = umount8(v.mnt_str());
+    let out = umount8_no_helper(v.mnt_str());
     assert!(out.status.success(), "{out:?}");
     let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -228,7 +237,7 @@ fn umount_then_mount_at_once_is_never_refused() {
     v.mount();
     for round in 0..10 {
         std::fs::write(v.path(&format!("f{round}")), vec![round as u8; 200_000]).unwrap();
-        let out = umount8(v.mnt_str());
+        let out = umount8_no_helper(v.mnt_str());
         assert!(out.status.success(), "round {round}: {out:?}");
         v.mount();
     }
