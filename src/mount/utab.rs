@@ -67,10 +67,18 @@ fn update(target: &Path, line: Option<Vec<u8>>) -> std::io::Result<()> {
         Err(e) => return Err(e),
     };
     let target = mangled_bytes(target.as_os_str().as_bytes());
+    // Entries of ours whose mount is gone (a daemon killed before it could remove its own).
+    let mounted: Vec<Vec<u8>> = super::mountinfo::all()
+        .iter()
+        .map(|m| mangled_bytes(m.mountpoint.as_os_str().as_bytes()))
+        .collect();
+    let stale = |l: &[u8]| {
+        l.ends_with(format!("OPTS={OPTS}").as_bytes()) && !mounted.iter().any(|mp| is_for(l, mp))
+    };
     let mut new = Vec::with_capacity(old.len() + 128);
     let mut changed = false;
     for l in old.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        if is_for(l, &target) {
+        if is_for(l, &target) || stale(l) {
             changed = true;
         } else {
             new.extend_from_slice(l);
@@ -131,9 +139,11 @@ mod tests {
     fn lines_are_added_replaced_and_removed() {
         let dir = tempfile::tempdir().unwrap();
         let utab = dir.path().join("utab");
+        // Another tool's entry stays; one of ours whose mount is gone is dropped.
         std::fs::write(
             &utab,
-            "SRC=/dev/sdb1 TARGET=/media/usb ROOT=/ OPTS=uhelper=udisks2\n",
+            "SRC=/dev/sdb1 TARGET=/media/usb ROOT=/ OPTS=uhelper=udisks2\n\
+             SRC=/v.toml TARGET=/gone ROOT=/ OPTS=uhelper=fuse.stripefs\n",
         )
         .unwrap();
         // SAFETY: only this test reads the variable, and it runs in one thread here.
