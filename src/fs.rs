@@ -231,6 +231,22 @@ impl Filesystem for StripeFs {
         }
     }
 
+    /// No ioctl is supported: ENOTTY, as ext4 answers an unknown one, and nothing logged
+    /// (fuser's default logs a warning for each; Python's isatty sends TCGETS at every open).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.entry(reply, self.engine.ns.lookup(parent.0, name.as_bytes()));
     }

@@ -12,6 +12,8 @@ pub mod error;
 pub mod fs;
 pub mod fsck;
 pub mod janitor;
+pub mod logging;
+pub mod mount;
 pub mod namespace;
 mod overlay;
 pub mod panics;

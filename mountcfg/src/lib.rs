@@ -201,6 +201,8 @@ pub struct MountSection {
     /// Seconds between background durable commits of the namespace (ext4's commit=).
     pub commit_interval: Duration,
     pub fsname: Option<String>,
+    /// Size cap of a background daemon's log file; past it the file becomes `FILE.1`.
+    pub log_size: u64,
     /// Set-id bits and file capabilities are ignored for programs run from the volume (the
     /// default, as for FUSE mounts generally; `-o suid` lifts it).
     pub nosuid: bool,
@@ -263,6 +265,7 @@ impl Default for MountSection {
             attr_timeout: Duration::from_secs(1),
             commit_interval: Duration::from_secs(5),
             fsname: None,
+            log_size: 8 << 20,
             nosuid: true,
             nodev: true,
             noexec: false,
@@ -420,6 +423,7 @@ struct RawMount {
     attr_timeout: Option<Spanned<String>>,
     commit_interval: Option<Spanned<String>>,
     fsname: Option<String>,
+    log_size: Option<Spanned<SizeValue>>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -949,6 +953,17 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
         m.commit_interval = Duration::from_millis(100);
     }
     m.fsname = raw.fsname;
+    if let Some(v) = raw.log_size {
+        let (n, span, text) = size_value(ctx, v, "mount.log_size")?;
+        if n < 64 << 10 {
+            return Err(ctx.err(
+                span,
+                "mount.log_size",
+                format!("log_size = {text}: must be at least 64K"),
+            ));
+        }
+        m.log_size = n;
+    }
     Ok(m)
 }
 

@@ -59,6 +59,7 @@ writeback_cache = true
 attr_timeout = "250ms"
 commit_interval = "2s"
 fsname = "tank"
+log_size = "16M"
 "#,
         )
         .unwrap();
@@ -71,6 +72,7 @@ fsname = "tank"
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
     assert_eq!(c.mount.commit_interval, Duration::from_secs(2));
     assert_eq!(c.mount.fsname.as_deref(), Some("tank"));
+    assert_eq!(c.mount.log_size, 16 << 20);
 }
 
 #[test]
@@ -432,6 +434,12 @@ fn bad_config_corpus() {
             4,
             "mount.commit_interval",
             "duration",
+        ),
+        (
+            "[mount]\nlog_size = \"4K\"\n",
+            4,
+            "mount.log_size",
+            "at least 64K",
         ),
     ];
     for (tail, line, key, words) in cases {

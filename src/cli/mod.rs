@@ -51,6 +51,17 @@ enum Command {
         #[arg(long)]
         lazy: bool,
     },
+    /// Link /sbin/mount.fuse.stripefs and /sbin/umount.fuse.stripefs to this binary, for
+    /// mount(8), umount(8) and /etc/fstab (idempotent; root)
+    #[command(after_help = "Example:\n  stripefs install-helper\n  stripefs install-helper --uninstall")]
+    InstallHelper {
+        /// Put the links in PREFIX/sbin
+        #[arg(long, default_value = "/")]
+        prefix: PathBuf,
+        /// Remove the links instead
+        #[arg(long)]
+        uninstall: bool,
+    },
     /// Volume status: uuid, layout, files, options, and per device what stripefs keeps there
     /// beside its filesystem's space
     #[command(after_help = "Example:\n  stripefs status /mnt/vol --json")]
@@ -372,6 +383,12 @@ fn run(command: Command) -> Result<i32> {
         Command::Mkfs { config, force } => volume::mkfs(&config, force).map(|()| 0),
         Command::Mount(args) => volume::mount(args),
         Command::Umount { mountpoint, lazy } => volume::umount(&mountpoint, lazy),
+        Command::InstallHelper { prefix, uninstall } => {
+            for line in crate::mount::helper::install_helper(&prefix, uninstall)? {
+                println!("{line}");
+            }
+            Ok(0)
+        }
         Command::Status { mountpoint, json } => volume::status(&mountpoint, json),
         Command::Layout { action } => layout::layout(action).map(|()| 0),
         Command::Migrate {

@@ -97,32 +97,17 @@ fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
     let dev = std::fs::metadata(path).ok()?.dev();
     let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
     let real = std::fs::canonicalize(path).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    // (mountpoint, type, whether it holds the path) of every mount of this device.
-    let mut mounts: Vec<(PathBuf, String, bool)> = Vec::new();
-    for line in info.lines() {
-        let Some((mount, fs)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fields: Vec<&str> = mount.split(' ').collect();
-        if fields.get(2) != Some(&want.as_str()) {
-            continue;
-        }
-        let Some(point) = fields.get(4) else { continue };
-        let point = PathBuf::from(std::ffi::OsStr::from_bytes(
-            &crate::daemon::unescape_mountinfo(point),
-        ));
-        let fstype = fs.split(' ').next().unwrap_or("?").to_string();
-        let holds = real.starts_with(&point);
-        mounts.push((point, fstype, holds));
-    }
+    let mounts: Vec<_> = crate::mount::mountinfo::all()
+        .into_iter()
+        .filter(|m| m.dev == want)
+        .collect();
     // The deepest that holds the path; else (a path outside our view) the last listed.
     let deepest = mounts
         .iter()
-        .filter(|m| m.2)
-        .max_by_key(|m| m.0.as_os_str().len())
+        .filter(|m| real.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.as_os_str().len())
         .or(mounts.last());
-    deepest.map(|(p, t, _)| (p.clone(), t.clone()))
+    deepest.map(|m| (m.mountpoint.clone(), m.fstype.clone()))
 }
 
 #[cfg(test)]

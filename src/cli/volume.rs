@@ -83,6 +83,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
         daemon::apply_mount_options(&mut cfg, o)?;
     }
     daemon::clear_mountpoint(&mountpoint)?;
+    crate::mount::busy::wait_for_unmounting_daemon(&cfg, Duration::from_secs(10))?;
     if foreground {
         // SAFETY: the fd was handed to us by our parent for this purpose.
         let ready = match ready_fd {

@@ -81,9 +81,14 @@ fn read_superblock(path: &Path) -> std::result::Result<Option<Superblock>, Strin
     Ok(Some(sb))
 }
 
+/// The file whose flock a mounted volume holds on each of its devices.
+pub fn lock_path(device: &Path) -> PathBuf {
+    device.join(META_DIR).join(LOCK)
+}
+
 /// Takes the device's lock, or says who holds it.
 fn lock_device(index: usize, path: &Path) -> Result<File> {
-    let lock_path = path.join(META_DIR).join(LOCK);
+    let lock_path = lock_path(path);
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
