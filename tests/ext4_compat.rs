@@ -270,8 +270,33 @@ fn truncate_write_and_fallocate_agree_on_the_largest_file() {
     v.mount();
     let per_object = backing_limit(&v.devices[0]);
     let s = 64 * 1024;
-    one_largest_file(&v, (per_object / s * s * 2).min(i64::MAX as u64));
+    let max = (per_object / s * s * 2).min(i64::MAX as u64);
+    one_largest_file(&v, max);
     v.umount();
+
+    // With the kernel's write-back cache, buffered writes go to the page cache without a word
+    // to the daemon, and FUSE has no way to tell the kernel the largest file: a write past it
+    // is refused at fsync (as any write-back error is) instead of at write.
+    if max < i64::MAX as u64 {
+        v.mount_with(&["-o", "writeback_cache"]);
+        let f = File::create(v.path("wb")).unwrap();
+        f.write_at(b"z", max - 1).unwrap();
+        f.sync_all().unwrap();
+        let e = f.set_len(max + 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "truncate past: {e}");
+        f.write_at(b"z", max).unwrap();
+        let e = f.sync_all().unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EFBIG),
+            "fsync of a write past: {e}"
+        );
+        drop(f);
+        v.remount();
+        assert_eq!(fs::metadata(v.path("wb")).unwrap().len(), max);
+        fs::remove_file(v.path("wb")).unwrap();
+        v.umount();
+    }
 
     // Devices on tmpfs (no limit below the kernel's): the largest file is 2^63 - 1 bytes.
     let ram = tempfile::tempdir().unwrap();
@@ -616,4 +641,27 @@ fn a_file_opened_with_o_direct_maps_shared() {
         fs::read(v.path("m")).unwrap() == want,
         "read back after remount"
     );
+}
+
+/// O_TMPFILE cannot be served: fuser 0.18 has no FUSE_TMPFILE opcode (51) and answers it
+/// ENOSYS, which the kernel turns into EOPNOTSUPP (and asks no more): callers (glibc's
+/// tmpfile, overlayfs, systemd) see the answer that makes them fall back to a named file.
+#[test]
+fn o_tmpfile_is_refused_cleanly() {
+    let mut v = TestVolume::new(1, "64K", "");
+    v.mount();
+    for round in 0..2 {
+        let e = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(&v.mnt)
+            .unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP),
+            "round {round}: {e}"
+        );
+    }
+    assert!(names(&v.mnt).is_empty());
 }

@@ -910,9 +910,10 @@ impl Namespace {
     /// 0, its stream reads only "." and "..", nothing can be made in it, and the last
     /// `released` frees it.
     pub fn open_dir(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64, Kind)>> {
-        let mut st = self.state.write();
-        let entries = Self::entries(&st, dir)?;
-        *st.open.entry(dir).or_insert(0) += 1;
+        // Listed under the shared lock (a large directory must not hold up every other
+        // call); a directory removed and freed in between is ENOENT at `opened`.
+        let entries = self.list(dir)?;
+        self.opened(dir)?;
         Ok(entries)
     }
 
@@ -955,10 +956,7 @@ impl Namespace {
 
     /// Directory entries, in name order (a snapshot for one directory stream).
     pub fn list(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64, Kind)>> {
-        Self::entries(&self.state.read(), dir)
-    }
-
-    fn entries(st: &State, dir: u64) -> Result<Vec<(Vec<u8>, u64, Kind)>> {
+        let st = self.state.read();
         st.dir(dir)?;
         Ok(st
             .children
