@@ -157,23 +157,24 @@ fn an_open_directory_outlives_rmdir_and_a_rename_over_it_as_on_ext4() {
     // The removed directories went with their last handle: t and the renamed a are left.
     wait_for_inodes(&v, before + 2, "after the last close");
 
-    // A crash while a removed directory is open: the next mount frees it.
+    // A crash while a removed directory (and an unlinked file) is open: fsck sees orphans,
+    // not damage, and the next mount frees them.
     fs::create_dir(v.path("t/doomed")).unwrap();
     let doomed = open_dir(&v.path("t/doomed"));
     fs::remove_dir(v.path("t/doomed")).unwrap();
     assert_eq!(fstat(doomed.as_raw_fd()).st_nlink, 0);
-    // The removal durable (fsyncdir), with the directory still open.
+    fs::write(v.path("t/file"), b"open").unwrap();
+    let file = File::open(v.path("t/file")).unwrap();
+    fs::remove_file(v.path("t/file")).unwrap();
+    // The removals durable (fsyncdir), with both still open.
     File::open(&v.mnt).unwrap().sync_all().unwrap();
     v.crash();
-    drop(doomed);
+    drop((doomed, file));
+    v.assert_fsck_clean("with orphans left by a crash");
     v.mount();
-    assert_eq!(
-        inodes(&v),
-        before + 2,
-        "the orphan directory is freed at mount"
-    );
+    assert_eq!(inodes(&v), before + 2, "the orphans are freed at mount");
     v.umount();
-    v.assert_fsck_clean("after a removed directory was open at a crash");
+    v.assert_fsck_clean("after the orphans were freed");
 }
 
 /// The largest size a file of this volume takes, found by truncate alone.
