@@ -233,7 +233,9 @@ impl Filesystem for StripeFs {
         // handle (open_by_handle_at, NFS) names an inode its caches dropped, and ".." finds a
         // directory's parent to reconnect it. Node ids are our inode numbers, never reused (a
         // freed one answers ENOENT, which the kernel turns into ESTALE), so a handle can never
-        // reach another file; generation 0 is therefore enough.
+        // reach another file; generation 0 is therefore enough. One gap: a number handed out
+        // by a creation that a crash lost before it was durable can be handed out again
+        // (`skip_ids_to` covers only numbers that left objects on the devices).
         let r = match name.as_bytes() {
             b"." => self.engine.ns.get(parent.0),
             b".." => self.engine.ns.parent_of(parent.0),
