@@ -4,7 +4,7 @@
 use crate::caching::{mount_without_cache_file, CacheReset, Caching};
 use crate::error::{errno, Error, Result};
 use crate::janitor::Janitor;
-use crate::namespace::{Inode, Kind, Namespace, SetAttr};
+use crate::namespace::{Inode, Kind, Namespace, RenameHow, SetAttr};
 use dashmap::DashMap;
 use parking_lot::RwLock;
 use serde::Serialize;
@@ -935,11 +935,9 @@ impl Engine {
         name: &[u8],
         newparent: u64,
         newname: &[u8],
-        noreplace: bool,
-        exchange: bool,
+        how: RenameHow,
     ) -> Result<()> {
-        self.ns
-            .rename(parent, name, newparent, newname, noreplace, exchange)?;
+        self.ns.rename_how(parent, name, newparent, newname, how)?;
         if let Some(c) = &self.caching {
             c.tree_changed();
         }

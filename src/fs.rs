@@ -5,7 +5,7 @@ use crate::acl;
 use crate::control;
 use crate::engine::{Caller, Engine};
 use crate::error::{Error, Result};
-use crate::namespace::{Inode, Kind, NewNode, SetAttr, Time};
+use crate::namespace::{Inode, Kind, NewNode, RenameHow, SetAttr, Time};
 use dashmap::DashMap;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
@@ -202,9 +202,14 @@ impl Filesystem for StripeFs {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(self.engine.config.mount.max_background);
+        // EXPORT_SUPPORT: lookups of "." and ".." (see `lookup`), for file handles and NFS.
+        // DIRECT_IO_ALLOW_MMAP: a file opened with FOPEN_DIRECT_IO can still be mapped shared
+        // (the map goes through the page cache, as on ext4 with O_DIRECT).
         let mut want = InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_ATOMIC_O_TRUNC;
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         if self.engine.config.mount.writeback_cache {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -248,7 +253,19 @@ impl Filesystem for StripeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.engine.ns.lookup(parent.0, name.as_bytes()));
+        // The kernel looks up "." and ".." by node id only with FUSE_EXPORT_SUPPORT: a file
+        // handle (open_by_handle_at, NFS) names an inode its caches dropped, and ".." finds a
+        // directory's parent to reconnect it. Node ids are our inode numbers, never reused (a
+        // freed one answers ENOENT, which the kernel turns into ESTALE), so a handle can never
+        // reach another file; generation 0 is therefore enough. One gap: a number handed out
+        // by a creation that a crash lost before it was durable can be handed out again
+        // (`skip_ids_to` covers only numbers that left objects on the devices).
+        let r = match name.as_bytes() {
+            b"." => self.engine.ns.get(parent.0),
+            b".." => self.engine.ns.parent_of(parent.0),
+            name => self.engine.ns.lookup(parent.0, name),
+        };
+        self.entry(reply, r);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -375,7 +392,7 @@ impl Filesystem for StripeFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -383,11 +400,21 @@ impl Filesystem for StripeFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_WHITEOUT)
-            || flags.contains(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE)
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        if exchange
+            && flags.intersects(RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_WHITEOUT)
         {
             return reply.error(Errno::EINVAL);
         }
+        // The whiteout belongs to the caller, as ext4's does (overlayfs renames with its
+        // mounter's credentials).
+        let how = RenameHow {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange,
+            whiteout: flags
+                .contains(RenameFlags::RENAME_WHITEOUT)
+                .then(|| (req.uid(), req.gid())),
+        };
         Self::empty(
             reply,
             self.engine.rename(
@@ -395,8 +422,7 @@ impl Filesystem for StripeFs {
                 name.as_bytes(),
                 newparent.0,
                 newname.as_bytes(),
-                flags.contains(RenameFlags::RENAME_NOREPLACE),
-                flags.contains(RenameFlags::RENAME_EXCHANGE),
+                how,
             ),
         );
     }
@@ -430,7 +456,9 @@ impl Filesystem for StripeFs {
                         return reply.error(err(&e));
                     }
                 }
-                self.engine.ns.opened(ino.0);
+                if let Err(e) = self.engine.ns.opened(ino.0) {
+                    return reply.error(err(&e));
+                }
                 reply.opened(FileHandle(0), self.open_flags(flags.0));
             }
             Err(e) => reply.error(err(&e)),
@@ -529,7 +557,7 @@ impl Filesystem for StripeFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.engine.ns.list(ino.0) {
+        match self.engine.ns.open_dir(ino.0) {
             Ok(entries) => {
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 self.dirs.insert(fh, Arc::new(entries));
@@ -582,13 +610,14 @@ impl Filesystem for StripeFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.dirs.remove(&fh.0);
-        reply.ok();
+        // The last handle of a removed directory frees it.
+        Self::empty(reply, self.engine.ns.released(ino.0).map(|_| ()));
     }
 
     fn fsyncdir(
@@ -736,7 +765,9 @@ impl Filesystem for StripeFs {
         };
         match self.new_node(req, parent.0, name, node) {
             Ok(i) => {
-                self.engine.ns.opened(i.ino);
+                if let Err(e) = self.engine.ns.opened(i.ino) {
+                    return reply.error(err(&e));
+                }
                 reply.created(
                     &self.ttl,
                     &self.attr(&i),

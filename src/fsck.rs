@@ -199,6 +199,18 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
 
     for i in &inodes {
         let links = refs.get(&i.ino).copied().unwrap_or(0);
+        // Unlinked (or removed) while open when the daemon stopped: an orphan, not damage.
+        // The next mount frees it (`reap_orphans`), as ext4 frees its orphan list; --repair
+        // does so now.
+        if i.ino != ROOT && links == 0 && i.nlink == 0 {
+            if repair {
+                ns.repair_inode(i.ino, None)?;
+                if i.kind == Kind::File {
+                    ns.discard_object(i.object);
+                }
+            }
+            continue;
+        }
         if i.ino != ROOT && links == 0 {
             if repair {
                 ns.repair_inode(i.ino, None)?;

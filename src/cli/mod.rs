@@ -53,7 +53,9 @@ enum Command {
     },
     /// Link /sbin/mount.fuse.stripefs and /sbin/umount.fuse.stripefs to this binary, for
     /// mount(8), umount(8) and /etc/fstab (idempotent; root)
-    #[command(after_help = "Example:\n  stripefs install-helper\n  stripefs install-helper --uninstall")]
+    #[command(
+        after_help = "Example:\n  stripefs install-helper\n  stripefs install-helper --uninstall"
+    )]
     InstallHelper {
         /// Put the links in PREFIX/sbin
         #[arg(long, default_value = "/")]

@@ -173,6 +173,17 @@ impl NewNode<'static> {
     }
 }
 
+/// How a rename goes: renameat2's flags.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RenameHow {
+    /// RENAME_NOREPLACE: EEXIST if the new name exists.
+    pub noreplace: bool,
+    /// RENAME_EXCHANGE: the two names swap their inodes.
+    pub exchange: bool,
+    /// RENAME_WHITEOUT: the old name is left to a whiteout owned by (uid, gid).
+    pub whiteout: Option<(u32, u32)>,
+}
+
 /// Attribute changes, as setattr(2)-family calls ask for them.
 #[derive(Default)]
 pub struct SetAttr {
@@ -469,6 +480,13 @@ impl Namespace {
         self.state.read().inode(ino).cloned()
     }
 
+    /// The parent of directory `dir` (the root is its own): the kernel's lookup of "..".
+    pub fn parent_of(&self, dir: u64) -> Result<Inode> {
+        let st = self.state.read();
+        let parent = st.dir(dir)?.parent;
+        st.inode(parent).cloned()
+    }
+
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode> {
         let st = self.state.read();
         st.dir(parent)?;
@@ -648,10 +666,43 @@ impl Namespace {
         noreplace: bool,
         exchange: bool,
     ) -> Result<()> {
+        let how = RenameHow {
+            noreplace,
+            exchange,
+            whiteout: None,
+        };
+        self.rename_how(parent, name, newparent, newname, how)
+    }
+
+    /// rename with renameat2's flags. With `how.whiteout` the source name becomes a whiteout
+    /// (a character device 0:0, as overlayfs marks a deleted lower file) in the same
+    /// transaction as the move, as ext4 does it.
+    pub fn rename_how(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        how: RenameHow,
+    ) -> Result<()> {
+        let RenameHow {
+            noreplace,
+            exchange,
+            whiteout,
+        } = how;
         check_name(newname)?;
+        if whiteout.is_some() {
+            if exchange {
+                return errno(libc::EINVAL);
+            }
+            self.room_to_grow()?;
+        }
         self.mutate(|st, ch| {
             st.dir(parent)?;
-            st.dir(newparent)?;
+            // A removed directory (kept while open) takes no new names.
+            if st.dir(newparent)?.nlink == 0 {
+                return errno(libc::ENOENT);
+            }
             let src = st.child(parent, name).ok_or(Error::Errno(libc::ENOENT))?;
             let dst = st.child(newparent, newname);
             let src_is_dir = st.inode(src)?.kind == Kind::Dir;
@@ -717,6 +768,35 @@ impl Namespace {
             }
             st.set_entry(ch, parent, name, None);
             st.set_entry(ch, newparent, newname, Some(src));
+            if let Some((uid, gid)) = whiteout {
+                let gid = match st.inode(parent)?.perm & libc::S_ISGID as u16 {
+                    0 => gid,
+                    _ => st.inode(parent)?.gid,
+                };
+                let ino = st.alloc_ino();
+                let whiteout = Inode {
+                    ino,
+                    kind: Kind::CharDev,
+                    perm: 0,
+                    uid,
+                    gid,
+                    nlink: 1,
+                    size: 0,
+                    rdev: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    crtime: now,
+                    parent,
+                    layout: None,
+                    object: ino,
+                    has_data: false,
+                    symlink: Vec::new(),
+                };
+                st.inodes.insert(ino, whiteout);
+                ch.inodes.insert(ino);
+                st.set_entry(ch, parent, name, Some(ino));
+            }
             let moved = st.inode_mut(src, ch)?;
             moved.ctime = now;
             // Files remember the folder they were last named in (it decides their cache class).
@@ -816,8 +896,25 @@ impl Namespace {
         }
     }
 
-    pub fn opened(&self, ino: u64) {
-        *self.state.write().open.entry(ino).or_insert(0) += 1;
+    /// A handle on `ino` opens: the inode lives on, unlinked or removed, until the last one
+    /// is released. ENOENT if it is gone already (freed between the kernel's lookup and now).
+    pub fn opened(&self, ino: u64) -> Result<()> {
+        let mut st = self.state.write();
+        st.inode(ino)?;
+        *st.open.entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// opendir: the directory's entries now (as `list`), and a handle that keeps the directory
+    /// alive after rmdir or a rename over it, as an open file is kept: fstat then shows nlink
+    /// 0, its stream reads only "." and "..", nothing can be made in it, and the last
+    /// `released` frees it.
+    pub fn open_dir(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64, Kind)>> {
+        // Listed under the shared lock (a large directory must not hold up every other
+        // call); a directory removed and freed in between is ENOENT at `opened`.
+        let entries = self.list(dir)?;
+        self.opened(dir)?;
+        Ok(entries)
     }
 
     /// Last close of an unlinked inode frees it. Returns true if that was the last handle.

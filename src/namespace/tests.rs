@@ -279,7 +279,7 @@ fn rename_rules() {
 fn unlinked_open_file_lives_until_release() {
     let (_d, ns) = ns();
     let f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap();
-    ns.opened(f.ino);
+    ns.opened(f.ino).unwrap();
     ns.unlink(ROOT, b"f").unwrap();
     assert_eq!(ns.get(f.ino).unwrap().nlink, 0);
     assert!(ns.released(f.ino).unwrap());
@@ -307,4 +307,70 @@ fn layouts_are_inherited_and_first_device_rotates() {
         libc::EBUSY
     );
     ns.set_layout(f2.ino, Some(L)).unwrap();
+}
+
+#[test]
+fn a_removed_directory_lives_while_open() {
+    let (_d, ns) = ns();
+    let d = ns.create(ROOT, b"d", node(Kind::Dir), L, 2).unwrap();
+    assert!(ns.open_dir(d.ino).unwrap().is_empty());
+    ns.rmdir(ROOT, b"d").unwrap();
+    assert_eq!(ns.get(d.ino).unwrap().nlink, 0);
+    assert_eq!(ns.get(ROOT).unwrap().nlink, 2);
+    assert!(ns.list(d.ino).unwrap().is_empty());
+    let e = |r: Result<Inode>| r.unwrap_err().errno();
+    assert_eq!(
+        e(ns.create(d.ino, b"x", node(Kind::File), L, 2)),
+        libc::ENOENT
+    );
+    ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap();
+    assert_eq!(
+        ns.rename(ROOT, b"f", d.ino, b"f", false, false)
+            .unwrap_err()
+            .errno(),
+        libc::ENOENT
+    );
+    assert!(ns.released(d.ino).unwrap());
+    assert!(ns.get(d.ino).is_err());
+    // Open again after the inode is gone: ENOENT, no handle counted.
+    assert_eq!(ns.opened(d.ino).unwrap_err().errno(), libc::ENOENT);
+}
+
+#[test]
+fn rename_whiteout_leaves_a_whiteout() {
+    let (_d, ns) = ns();
+    let f = ns.create(ROOT, b"f", node(Kind::File), L, 2).unwrap();
+    let how = RenameHow {
+        whiteout: Some((7, 8)),
+        ..RenameHow::default()
+    };
+    ns.rename_how(ROOT, b"f", ROOT, b"g", how).unwrap();
+    assert_eq!(ns.lookup(ROOT, b"g").unwrap().ino, f.ino);
+    let w = ns.lookup(ROOT, b"f").unwrap();
+    assert_eq!(
+        (w.kind, w.rdev, w.perm, w.uid, w.gid, w.nlink),
+        (Kind::CharDev, 0, 0, 7, 8, 1)
+    );
+    let exchange = RenameHow {
+        exchange: true,
+        ..how
+    };
+    assert_eq!(
+        ns.rename_how(ROOT, b"f", ROOT, b"g", exchange)
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    // Refused renames leave nothing behind.
+    let noreplace = RenameHow {
+        noreplace: true,
+        ..how
+    };
+    assert_eq!(
+        ns.rename_how(ROOT, b"g", ROOT, b"f", noreplace)
+            .unwrap_err()
+            .errno(),
+        libc::EEXIST
+    );
+    assert_eq!(ns.lookup(ROOT, b"g").unwrap().ino, f.ino);
 }
