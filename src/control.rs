@@ -11,7 +11,8 @@
 //! | usage     | mount root  | per device: objects, bytes they hold, the reason a device failed; JSON | read-only | - |
 //! | cache     | dir         | the folder's target   | make it a target (`mode=wb priority=0 allocation=1 pinned=0`) | remove the target |
 //! | stats     | mount root  | cache statistics, JSON | read-only                   | -               |
-//! | targets   | mount root  | folder targets, JSON  | read-only                    | -               |
+//! | targets   | mount root  | folder targets, JSON (config path and current path) | read-only | -   |
+//! | classes   | mount root  | IO classes, JSON      | root or the mounter: `add name=N [directory=/vm] [extension=img,qcow2] [min_size=1G] [max_size=4G] [direction=read\|write] [mode=wb] [priority=0] [allocation=1] [min_allocation=0] [pinned=0]` (a class of that name is replaced), `rm NAME` | - |
 //! | flush     | mount root  | -                     | write every dirty line back  | -               |
 //! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
@@ -52,6 +53,7 @@ pub enum Key {
     Cache,
     Stats,
     Targets,
+    Classes,
     Flush,
     Mode,
     Failpoint,
@@ -71,6 +73,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("cache", Key::Cache),
     ("stats", Key::Stats),
     ("targets", Key::Targets),
+    ("classes", Key::Classes),
     ("flush", Key::Flush),
     ("mode", Key::Mode),
     ("failpoint", Key::Failpoint),
@@ -254,6 +257,7 @@ fn no_such_key<T>(key: Key) -> Result<T> {
         | Key::Usage
         | Key::Stats
         | Key::Targets
+        | Key::Classes
         | Key::Flush
         | Key::Mode
         | Key::Failpoint => refuse(
@@ -284,6 +288,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         },
         Key::Stats if ino == ROOT => json(&caching(engine)?.cache.stats()),
         Key::Targets if ino == ROOT => json(&caching(engine)?.targets(&engine.ns)),
+        Key::Classes if ino == ROOT => json(&caching(engine)?.classes(&engine.ns)),
         Key::Mode if ino == ROOT => Ok(caching(engine)?
             .cache
             .default_mode()
@@ -301,6 +306,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         | Key::Usage
         | Key::Stats
         | Key::Targets
+        | Key::Classes
         | Key::Mode
         | Key::Error
         | Key::Unknown => no_such_key(key),
@@ -501,6 +507,28 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             })
         }
         Key::Failpoint if ino == ROOT => refuse(libc::EPERM, "only root may arm fault points"),
+        Key::Classes if ino == ROOT => {
+            volume_admin(uid, "change the IO classes")?;
+            let c = caching(engine)?;
+            let t = text(value)?;
+            let usage = "the value is `add name=NAME CONDITIONS SETTING` or `rm NAME` \
+                         (stripefs class add|rm)";
+            match t.split_once(char::is_whitespace) {
+                Some(("add", spec)) => {
+                    c.add_class(&engine.ns, spec)
+                        .map(|_| ())
+                        .or_else(|(errno, why)| {
+                            log::info!("refused IO class \"{spec}\": {why}");
+                            refuse(errno, why)
+                        })
+                }
+                Some(("rm", name)) => c
+                    .remove_class(&engine.ns, name.trim())
+                    .map(|_| ())
+                    .or_else(|(errno, why)| refuse(errno, why)),
+                _ => refuse(libc::EINVAL, usage),
+            }
+        }
         Key::Shift => shift(engine, caller, ino, value),
         Key::LayoutJson
         | Key::Status
@@ -509,7 +537,7 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
         | Key::Targets
         | Key::Control
         | Key::Error => read_only(key),
-        Key::Flush | Key::Mode | Key::Failpoint | Key::Unknown => no_such_key(key),
+        Key::Flush | Key::Mode | Key::Failpoint | Key::Classes | Key::Unknown => no_such_key(key),
     }
 }
 
@@ -580,6 +608,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Usage
         | Key::Stats
         | Key::Targets
+        | Key::Classes
         | Key::Mode
         | Key::Control
         | Key::Error => read_only(key),

@@ -557,7 +557,7 @@ impl Engine {
         }
         let len = (inode.size - offset).min(size as u64) as usize;
         if let Some(c) = &self.caching {
-            let class = c.class_of(&self.ns, ino);
+            let class = c.class_of(&self.ns, ino, inode.size, mountcfg::Direction::Read);
             let mut buf = IoBuf::zeroed(len);
             let r = c.cache.read(inode.object, offset, &mut buf, class);
             if r.is_ok() {
@@ -637,7 +637,13 @@ impl Engine {
                     return done(Err(e.into()));
                 }
             }
-            let class = c.class_of(&self.ns, ino);
+            // A write counts by the size the file has with it.
+            let class = c.class_of(
+                &self.ns,
+                ino,
+                end.max(inode.size),
+                mountcfg::Direction::Write,
+            );
             let r = c.cache.write(inode.object, offset, data, class);
             let now = r
                 .map_err(io_error)
@@ -937,9 +943,43 @@ impl Engine {
         newname: &[u8],
         how: RenameHow,
     ) -> Result<()> {
+        // What is renamed, and what a name over it loses: their classes follow their names.
+        let moved = self.caching.as_ref().map(|_| {
+            let kind_of = |p, n| self.ns.lookup(p, n).map(|i| (i.ino, i.kind)).ok();
+            (kind_of(parent, name), kind_of(newparent, newname))
+        });
         self.ns.rename_how(parent, name, newparent, newname, how)?;
+        if let (Some(c), Some((src, dst))) = (&self.caching, moved) {
+            for (ino, kind) in [src, dst].into_iter().flatten() {
+                match kind {
+                    // A folder takes its files along: every class is worked out again.
+                    Kind::Dir => c.tree_changed(),
+                    _ => c.names_changed(ino),
+                }
+            }
+        }
+        self.reclaim_if_short();
+        Ok(())
+    }
+
+    /// A new name for a file; its class follows its names.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Inode> {
+        let linked = self.ns.link(ino, newparent, newname)?;
         if let Some(c) = &self.caching {
-            c.tree_changed();
+            c.names_changed(ino);
+        }
+        Ok(linked)
+    }
+
+    /// A name goes; the file's class follows the names it has left.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let ino = match &self.caching {
+            Some(_) => self.ns.lookup(parent, name).ok().map(|i| i.ino),
+            None => None,
+        };
+        self.ns.unlink(parent, name)?;
+        if let (Some(c), Some(ino)) = (&self.caching, ino) {
+            c.names_changed(ino);
         }
         self.reclaim_if_short();
         Ok(())

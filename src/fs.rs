@@ -360,11 +360,7 @@ impl Filesystem for StripeFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.engine.ns.unlink(parent.0, name.as_bytes());
-        if r.is_ok() {
-            self.engine.reclaim_if_short();
-        }
-        Self::empty(reply, r);
+        Self::empty(reply, self.engine.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -437,7 +433,7 @@ impl Filesystem for StripeFs {
     ) {
         self.entry(
             reply,
-            self.engine.ns.link(ino.0, newparent.0, newname.as_bytes()),
+            self.engine.link(ino.0, newparent.0, newname.as_bytes()),
         );
     }
 

@@ -70,6 +70,9 @@ pub struct ClassConfig {
     pub priority: u8,
     /// Most of the cache this class may hold, 0.0..=1.0.
     pub allocation: f64,
+    /// Least of the cache kept for this class, 0.0..=allocation: other classes do not evict
+    /// its lines while it holds no more than this share (OCF's min allocation).
+    pub min_allocation: f64,
     /// Lines of a pinned class are never evicted.
     pub pinned: bool,
 }
@@ -81,6 +84,7 @@ impl ClassConfig {
             mode,
             priority: 0,
             allocation: 1.0,
+            min_allocation: 0.0,
             pinned: false,
         }
     }

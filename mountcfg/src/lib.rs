@@ -1,6 +1,7 @@
 //! The stripefs volume config: a TOML file parsed with serde, validated, and every error tied to
 //! the file, line and key it came from.
 
+mod class;
 mod size;
 
 use serde::Deserialize;
@@ -10,6 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
+pub use class::{
+    check_class_name, check_min_allocation, check_size_range, normalize_extension, volume_folder,
+    ClassSection, Direction, MAX_CLASSES, NO_CONDITION,
+};
 pub use size::{format_size, parse_duration, parse_size};
 
 /// The most devices one volume has.
@@ -91,6 +96,8 @@ pub struct CacheSection {
     /// None: always; Some(n): after n misses.
     pub promotion_hits: Option<u32>,
     pub targets: Vec<TargetSection>,
+    /// IO classes (`[[cache.class]]`), in the config's order.
+    pub classes: Vec<ClassSection>,
     /// The cache device is made to behave like this profile (for experiments).
     pub emulate: Option<String>,
 }
@@ -329,6 +336,8 @@ struct RawCache {
     promotion: Option<RawPromotion>,
     #[serde(default)]
     target: Vec<Spanned<RawTarget>>,
+    #[serde(default)]
+    class: Vec<Spanned<class::RawClass>>,
     emulate: Option<Spanned<String>>,
 }
 
@@ -1210,6 +1219,7 @@ fn validate_cache(
         seq_threshold: 1 << 20,
         promotion_hits: None,
         targets: Vec::new(),
+        classes: Vec::new(),
         emulate: None,
     };
     if let Some(e) = raw.emulate {
@@ -1354,6 +1364,7 @@ fn validate_cache(
             line: entry_line,
         });
     }
+    section.classes = class::validate_classes(ctx, raw.class, &section.mode)?;
     Ok(section)
 }
 

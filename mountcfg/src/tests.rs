@@ -495,3 +495,116 @@ fn a_cache_mode_that_reaches_no_file_is_warned_about() {
     assert!(warned("mode = \"wb\"\ndefault = \"all\"\n").is_empty());
     assert!(warned("default = \"targets\"\n").is_empty());
 }
+
+#[test]
+fn io_classes_are_read_with_their_defaults() {
+    let d = Dirs::new(1);
+    let c = d
+        .parse(
+            "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"4M\"\nmode = \"wt\"\n\
+             [[cache.class]]\nname = \"big-images\"\ndirectory = \"vm\"\n\
+             extension = [\"img\", \".QCOW2\"]\nmin_size = \"1G\"\ndirection = \"write\"\n\
+             mode = \"wb\"\npriority = 0\nallocation = 0.5\nmin_allocation = 0.1\n\
+             [[cache.class]]\nname = \"small\"\nmax_size = \"64K\"\n\
+             [[cache.class]]\nname = \"logs\"\nextension = \"log\"\nmode = \"wa\"\npinned = true\n",
+        )
+        .unwrap();
+    let classes = &c.cache.unwrap().classes;
+    assert_eq!(classes.len(), 3);
+    let big = &classes[0];
+    assert_eq!(big.name, "big-images");
+    assert_eq!(big.directory.as_deref(), Some("/vm"));
+    assert_eq!(big.extensions, ["img", "qcow2"]);
+    assert_eq!((big.min_size, big.max_size), (Some(1 << 30), None));
+    assert_eq!(big.direction, Some(Direction::Write));
+    assert_eq!(big.mode, "wb");
+    assert_eq!(
+        (big.priority, big.allocation, big.min_allocation),
+        (0, 0.5, 0.1)
+    );
+    assert_eq!(big.line, 6);
+    let small = &classes[1];
+    assert_eq!((small.min_size, small.max_size), (None, Some(65536)));
+    assert_eq!(small.mode, "wt", "the cache's mode when none is given");
+    assert_eq!(
+        (
+            small.priority,
+            small.allocation,
+            small.min_allocation,
+            small.pinned
+        ),
+        (0, 1.0, 0.0, false)
+    );
+    assert_eq!(classes[2].extensions, ["log"]);
+    assert!(classes[2].pinned);
+}
+
+#[test]
+fn bad_io_classes_name_file_line_and_key() {
+    let d = Dirs::new(1);
+    let head = "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"4M\"\n[[cache.class]]\n";
+    // (the class's keys from line 6, the message)
+    let cases: &[(&str, &str)] = &[
+        (
+            "name = \"x\"\nmode = \"wb\"\n",
+            "vol.toml:6: cache.class: a class needs at least one condition: directory, extension, min_size, max_size or direction (a folder's own setting is a [[cache.target]])",
+        ),
+        (
+            "name = \"x\"\nextension = \"tar.gz\"\n",
+            "vol.toml:7: cache.class.extension: extension \"tar.gz\": the extension is what follows the last dot of a name (\"gz\", not \"tar.gz\")",
+        ),
+        (
+            "name = \"x\"\nextension = []\n",
+            "vol.toml:7: cache.class.extension: extension = []: list at least one, e.g. [\"img\", \"qcow2\"]",
+        ),
+        (
+            "name = \"x\"\nmin_size = \"1G\"\nmax_size = \"1M\"\n",
+            "vol.toml:8: cache.class.max_size: min_size = 1G is above max_size = 1M: no file would match",
+        ),
+        (
+            "name = \"x\"\nmin_size = \"1Q\"\n",
+            "vol.toml:7: cache.class.min_size: min_size = \"1Q\": unknown unit \"Q\" (use K, M, G or T)",
+        ),
+        (
+            "name = \"x\"\ndirection = \"both\"\n",
+            "vol.toml:7: cache.class.direction: direction = \"both\": must be \"read\" or \"write\"",
+        ),
+        (
+            "name = \"x\"\ndirectory = \"/a/../b\"\n",
+            "vol.toml:7: cache.class.directory: directory = \"/a/../b\": must be a folder of the volume, from its root (\"/vm-images\"), without . or ..",
+        ),
+        (
+            "name = \"x y\"\ndirection = \"read\"\n",
+            "vol.toml:6: cache.class.name: name = \"x y\": letters, digits, '-', '_' and '.' only",
+        ),
+        (
+            "name = \"default\"\ndirection = \"read\"\n",
+            "vol.toml:6: cache.class.name: name = \"default\" is the volume default's; choose another",
+        ),
+        (
+            "name = \"x\"\ndirection = \"read\"\nallocation = 0.2\nmin_allocation = 0.5\n",
+            "vol.toml:9: cache.class.min_allocation: min_allocation = 0.5: must be a share from 0 to the class's allocation (0.2)",
+        ),
+        (
+            "name = \"x\"\ndirection = \"read\"\npriority = 256\n",
+            "vol.toml:8: cache.class.priority: priority = 256: must be from 0 (kept longest, and chosen first) to 255",
+        ),
+        (
+            "name = \"x\"\ndirection = \"read\"\nmode = \"fast\"\n",
+            "vol.toml:8: cache.class.mode: mode = \"fast\": must be wt, wb, wa, wi, wo or pt (or write-through, write-back, ...)",
+        ),
+        (
+            "name = \"x\"\ndirection = \"read\"\n[[cache.class]]\nname = \"x\"\ndirection = \"write\"\n",
+            "vol.toml:9: cache.class.name: name = \"x\" is a class twice",
+        ),
+    ];
+    for (body, want) in cases {
+        assert_eq!(&d.error(&format!("{head}{body}")), want, "{body}");
+    }
+    // An unknown key names its line, as every other section's do.
+    let e = d.error(&format!("{head}name = \"x\"\nsuffix = \"img\"\n"));
+    assert!(
+        e.starts_with("vol.toml:7: suffix: unknown field `suffix`"),
+        "{e}"
+    );
+}

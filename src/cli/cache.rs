@@ -1,7 +1,7 @@
 //! Cache commands: target add/rm/ls, stats, flush, mode.
 
 use super::resolve::resolve;
-use super::{human_bytes, refusal, TargetAction};
+use super::{human_bytes, refusal, ClassAction, TargetAction};
 use crate::error::{Error, Result};
 use crate::xattr;
 use std::os::unix::fs::MetadataExt;
@@ -111,10 +111,13 @@ pub fn target(action: TargetAction) -> Result<()> {
                     .unwrap_or_else(|| "the volume's config".into());
                 eprintln!(
                     "stripefs: warning: {} is a target of the config ([[cache.target]] path = \
-                     \"{}\" in {config}): it comes back at the next mount; remove it from the \
-                     config for good",
+                     \"{}\" in {config}): it comes back on this folder at the next mount; \
+                     remove it from the config for good",
                     dir.display(),
-                    t["path"].as_str().unwrap_or("?"),
+                    t["config_path"]
+                        .as_str()
+                        .or(t["path"].as_str())
+                        .unwrap_or("?"),
                 );
             }
             Ok(())
@@ -143,10 +146,10 @@ pub fn target(action: TargetAction) -> Result<()> {
                     t["pinned"].to_string(),
                     t["occupancy_lines"].to_string(),
                     t["dirty_lines"].to_string(),
-                    if t["from_config"].as_bool() == Some(true) {
-                        "config"
-                    } else {
-                        "live"
+                    match (t["from_config"].as_bool(), t["config_path"].as_str()) {
+                        (Some(true), Some(p)) => format!("config {p}"),
+                        (Some(true), None) => "config".into(),
+                        _ => "live".into(),
                     }
                 );
             }
@@ -350,4 +353,164 @@ pub fn flush(path: &Path) -> Result<()> {
         mountpoint.display()
     );
     Ok(())
+}
+
+/// The IO classes of the volume mounted at `root`, as the daemon lists them.
+fn class_list(root: &Path, command: &str) -> Result<serde_json::Value> {
+    let raw = xattr::control_get(root, "classes").map_err(refusal(command, root, "classes"))?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("bad class list from the daemon: {e}")))
+}
+
+pub fn class(action: ClassAction) -> Result<()> {
+    match action {
+        ClassAction::Add {
+            mountpoint,
+            name,
+            directory,
+            extension,
+            min_size,
+            max_size,
+            direction,
+            mode,
+            priority,
+            allocation,
+            min_allocation,
+            pin,
+        } => {
+            let root = has_cache(&mountpoint)?;
+            let mut spec = format!("name={name}");
+            if let Some(dir) = directory {
+                // A folder on the mount, named as the volume knows it: from its root.
+                let full = std::fs::canonicalize(&dir)
+                    .map_err(|e| Error::Usage(format!("--directory {}: {e}", dir.display())))?;
+                let inside = full.strip_prefix(&root).map_err(|_| {
+                    Error::Usage(format!(
+                        "--directory {}: not on the volume mounted at {}",
+                        dir.display(),
+                        root.display()
+                    ))
+                })?;
+                spec += &format!(" directory=/{}", inside.display());
+            }
+            for (key, value) in [
+                ("extension", extension),
+                ("min_size", min_size),
+                ("max_size", max_size),
+                ("direction", direction),
+                ("mode", mode),
+                ("priority", priority.map(|p| p.to_string())),
+                ("allocation", allocation.map(|a| a.to_string())),
+                ("min_allocation", min_allocation.map(|a| a.to_string())),
+            ] {
+                if let Some(v) = value {
+                    if v.contains(char::is_whitespace) {
+                        return Err(Error::Usage(format!("--{key} \"{v}\": no spaces")));
+                    }
+                    spec += &format!(" {key}={v}");
+                }
+            }
+            if pin {
+                spec += " pinned=1";
+            }
+            xattr::control_set(&root, "classes", format!("add {spec}").as_bytes())
+                .map_err(refusal("class add", &root, "classes"))?;
+            let list = class_list(&root, "class add")?;
+            let now = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["name"].as_str() == Some(name.as_str()))
+                .and_then(|c| c["spec"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            println!("{}: class {now}", root.display());
+            Ok(())
+        }
+        ClassAction::Rm { mountpoint, name } => {
+            let root = has_cache(&mountpoint)?;
+            let list = class_list(&root, "class rm")?;
+            let from_config = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"].as_str() == Some(name.as_str()) && c["from_config"] == true);
+            xattr::control_set(&root, "classes", format!("rm {name}").as_bytes())
+                .map_err(refusal("class rm", &root, "classes"))?;
+            println!(
+                "{}: IO class {name} removed; its dirty lines were written back, and its files' \
+                 requests now go to the other classes, their folder's target or the default",
+                root.display()
+            );
+            if from_config {
+                eprintln!(
+                    "stripefs: warning: {name} is a [[cache.class]] of the config: it comes back \
+                     at the next mount; remove it from the config for good"
+                );
+            }
+            Ok(())
+        }
+        ClassAction::Ls { mountpoint, json } => {
+            let root = has_cache(&mountpoint)?;
+            let list = class_list(&root, "class ls")?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                );
+                return Ok(());
+            }
+            println!(
+                "{:<16} {:<5} {:>8} {:>10} {:>6} {:>6} {:>8} {:>8}  from    conditions",
+                "class", "mode", "priority", "allocation", "min", "pinned", "lines", "dirty"
+            );
+            let size = |v: &serde_json::Value| v.as_u64().map(mountcfg::format_size);
+            for c in list.as_array().into_iter().flatten() {
+                let mut when = Vec::new();
+                if let Some(d) = c["directory_now"].as_str() {
+                    let given = c["directory"].as_str().unwrap_or(d);
+                    when.push(if given == d {
+                        format!("under {d}")
+                    } else {
+                        format!("under {d} (config {given})")
+                    });
+                }
+                let exts: Vec<&str> = c["extensions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.as_str())
+                    .collect();
+                if !exts.is_empty() {
+                    when.push(format!("*.{}", exts.join(" *.")));
+                }
+                match (size(&c["min_size"]), size(&c["max_size"])) {
+                    (Some(lo), Some(hi)) => when.push(format!("{lo}..{hi}")),
+                    (Some(lo), None) => when.push(format!(">= {lo}")),
+                    (None, Some(hi)) => when.push(format!("<= {hi}")),
+                    (None, None) => {}
+                }
+                if let Some(d) = c["direction"].as_str() {
+                    when.push(format!("{d}s"));
+                }
+                println!(
+                    "{:<16} {:<5} {:>8} {:>10} {:>6} {:>6} {:>8} {:>8}  {:<7} {}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["mode"].as_str().unwrap_or("?"),
+                    c["priority"].to_string(),
+                    c["allocation"].to_string(),
+                    c["min_allocation"].to_string(),
+                    c["pinned"].to_string(),
+                    c["occupancy_lines"].to_string(),
+                    c["dirty_lines"].to_string(),
+                    if c["from_config"] == true {
+                        "config"
+                    } else {
+                        "live"
+                    },
+                    when.join(", ")
+                );
+            }
+            Ok(())
+        }
+    }
 }

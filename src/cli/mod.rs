@@ -143,6 +143,11 @@ enum Command {
         #[command(subcommand)]
         action: TargetAction,
     },
+    /// IO classes: cache settings by file size, name extension, direction and folder
+    Class {
+        #[command(subcommand)]
+        action: ClassAction,
+    },
     /// Cache statistics, as casadm -P shows them
     #[command(after_help = "Example:\n  stripefs stats /mnt/vol --watch")]
     Stats {
@@ -251,6 +256,75 @@ pub enum TargetAction {
     },
     /// List the targets of a mounted volume
     #[command(after_help = "Example:\n  stripefs target ls /mnt/vol --json")]
+    Ls {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ClassAction {
+    /// Add an IO class (or replace the one of that name); kept across mounts
+    #[command(
+        after_help = "A request goes to the IO class whose every condition it meets \
+        (the lowest priority number first; a tie to the class listed first), else to its \
+        file's folder target, else to the volume default. Sizes are the file's, both bounds \
+        included (K, M, G, T are powers of 1024). Root or the user who mounted only.\n\n\
+        Example:\n  stripefs class add /mnt/vol big-images --directory /mnt/vol/vm \
+        --extension img,qcow2 --min-size 1G --direction write --mode wb --allocation 0.5 \
+        --min-allocation 0.1"
+    )]
+    Add {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The class's name: letters, digits, '-', '_' and '.'
+        name: String,
+        /// Only files with a name under this folder of the volume
+        #[arg(long)]
+        directory: Option<PathBuf>,
+        /// Only files with a name ending so (comma-separated, without the dot: img,qcow2)
+        #[arg(long)]
+        extension: Option<String>,
+        /// Only files at least this large (e.g. 1G)
+        #[arg(long)]
+        min_size: Option<String>,
+        /// Only files at most this large (e.g. 64K)
+        #[arg(long)]
+        max_size: Option<String>,
+        /// Only reads, or only writes
+        #[arg(long, value_parser = ["read", "write"])]
+        direction: Option<String>,
+        /// Cache mode: wt, wb, wa, wi, wo or pt (default: the cache's mode)
+        #[arg(long)]
+        mode: Option<String>,
+        /// Priority, 0 to 255: 0 is kept longest, and chosen first when classes overlap
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this class may hold, above 0 and at most 1
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Least of the cache kept for this class, 0 to its allocation
+        #[arg(long)]
+        min_allocation: Option<f64>,
+        /// Never evict this class's lines
+        #[arg(long)]
+        pin: bool,
+    },
+    /// Remove an IO class (its dirty lines are written back first)
+    #[command(
+        after_help = "A class of the config comes back at the next mount: remove \
+        it from the config for good.\n\nExample:\n  stripefs class rm /mnt/vol big-images"
+    )]
+    Rm {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        name: String,
+    },
+    /// List the IO classes of a mounted volume
+    #[command(after_help = "Example:\n  stripefs class ls /mnt/vol --json")]
     Ls {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
@@ -423,6 +497,7 @@ fn run(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Target { action } => cache::target(action).map(|()| 0),
+        Command::Class { action } => cache::class(action).map(|()| 0),
         Command::Stats {
             mountpoint,
             json,

@@ -4,6 +4,7 @@
 use super::{io_error, Caller, Engine};
 use crate::error::{errno, Error, Result};
 use crate::namespace::{Inode, Kind};
+use mountcfg::Direction;
 use stripe::{Layout, Seek};
 
 /// The most one copy_file_range request copies: the caller loops for the rest, and a FUSE
@@ -129,14 +130,19 @@ impl Engine {
             let (at, to) = (from_off + done, to_off + done);
             match &self.caching {
                 Some(c) => {
-                    let class = c.class_of(&self.ns, src.ino);
+                    let class = c.class_of(&self.ns, src.ino, src.size, Direction::Read);
                     c.cache
                         .read(src.object, at, &mut buf[..n], class)
                         .map_err(io_error)?;
                     if !dst.has_data {
                         self.volume.touch(dst.object, dst_layout)?;
                     }
-                    let class = c.class_of(&self.ns, dst.ino);
+                    let class = c.class_of(
+                        &self.ns,
+                        dst.ino,
+                        dst.size.max(to + n as u64),
+                        Direction::Write,
+                    );
                     c.cache
                         .write(dst.object, to, &buf[..n], class)
                         .map_err(io_error)?;

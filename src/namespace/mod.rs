@@ -144,6 +144,9 @@ pub struct CacheBinding {
 /// A directory entry: (parent, name, inode).
 pub type Entry = (u64, Vec<u8>, u64);
 
+/// One name of a file: (directory, name).
+pub type Name = (u64, Box<[u8]>);
+
 /// What a new node is made of.
 pub struct NewNode<'a> {
     pub kind: Kind,
@@ -211,6 +214,11 @@ struct State {
     open: HashMap<u64, u32>,
     /// Inodes changed in memory only (by writes), written with the next transaction.
     dirty: BTreeSet<u64>,
+    /// The names of every regular file (directory, name): hard links give one file several.
+    /// In memory only, built at load from the entries; what decides a file's cache class.
+    names: HashMap<u64, Vec<Name>>,
+    /// A file open after its last name went: that name, until the file is freed.
+    last_name: HashMap<u64, Name>,
     /// Object ids whose inodes are gone; deleted once that is durable.
     doomed_objects: Vec<u64>,
     /// Object ids made obsolete since the last durable commit; doomed at the next one.
@@ -300,11 +308,46 @@ impl State {
 
     fn set_entry(&mut self, ch: &mut Changes, parent: u64, name: &[u8], ino: Option<u64>) {
         let entries = self.children.entry(parent).or_default();
-        match ino {
+        let old = match ino {
             Some(i) => entries.insert(name.to_vec(), i),
             None => entries.remove(name),
         };
         ch.dirents.insert((parent, name.to_vec()), ino);
+        if old != ino {
+            if let Some(old) = old {
+                self.name_gone(old, parent, name);
+            }
+            if let Some(new) = ino {
+                self.name_added(new, parent, name);
+            }
+        }
+    }
+
+    /// A regular file got a name.
+    fn name_added(&mut self, ino: u64, parent: u64, name: &[u8]) {
+        if self.inodes.get(&ino).is_some_and(|i| i.kind == Kind::File) {
+            self.last_name.remove(&ino);
+            self.names
+                .entry(ino)
+                .or_default()
+                .push((parent, name.into()));
+        }
+    }
+
+    /// A name of a regular file went; its last one is kept while the file lives on (open).
+    fn name_gone(&mut self, ino: u64, parent: u64, name: &[u8]) {
+        let Some(list) = self.names.get_mut(&ino) else {
+            return;
+        };
+        if let Some(at) = list.iter().position(|(p, n)| *p == parent && **n == *name) {
+            let gone = list.swap_remove(at);
+            if list.is_empty() {
+                self.names.remove(&ino);
+                if self.inodes.contains_key(&ino) {
+                    self.last_name.insert(ino, gone);
+                }
+            }
+        }
     }
 
     fn touch_dir(&mut self, ch: &mut Changes, dir: u64, now: Time) -> Result<()> {
@@ -347,6 +390,8 @@ impl State {
         }
         ch.inodes.insert(ino);
         self.children.remove(&ino);
+        self.names.remove(&ino);
+        self.last_name.remove(&ino);
         self.acls.remove(&ino);
         if self.internal.remove(&ino).is_some() | self.xattr_bytes.remove(&ino).is_some() {
             ch.drop_xattrs.insert(ino);
@@ -1013,6 +1058,33 @@ impl Namespace {
     /// Marks an object id as garbage (a migration copy that was abandoned).
     pub fn discard_object(&self, object: u64) {
         self.state.write().doomed_pending.push(object);
+    }
+
+    /// Every name of the regular file `ino` (directory, name), in no set order; a file open
+    /// after its last name went has that one. Empty for anything else.
+    pub fn names_of(&self, ino: u64) -> Vec<Name> {
+        let st = self.state.read();
+        match st.names.get(&ino) {
+            Some(list) => list.clone(),
+            None => st.last_name.get(&ino).cloned().into_iter().collect(),
+        }
+    }
+
+    /// The folders from `dir` up to the root, `dir` first (the root last).
+    pub fn folders_above(&self, dir: u64) -> Vec<u64> {
+        let st = self.state.read();
+        let mut out = vec![dir];
+        let mut at = dir;
+        for _ in 0..4096 {
+            match st.inodes.get(&at) {
+                Some(d) if d.parent != at => {
+                    at = d.parent;
+                    out.push(at);
+                }
+                _ => break,
+            }
+        }
+        out
     }
 
     /// The name of `ino` in `parent`, if it has one there.

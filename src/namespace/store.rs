@@ -128,6 +128,16 @@ pub(super) fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
             .or_default()
             .insert(name.to_vec(), v.value());
     }
+    for (&parent, entries) in &st.children {
+        for (name, &ino) in entries {
+            if st.inodes.get(&ino).is_some_and(|i| i.kind == Kind::File) {
+                st.names
+                    .entry(ino)
+                    .or_default()
+                    .push((parent, name.as_slice().into()));
+            }
+        }
+    }
     for row in tx.open_table(XATTRS)?.iter()? {
         let (k, v) = row?;
         let (ino, name) = k.value();

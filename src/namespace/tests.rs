@@ -374,3 +374,51 @@ fn rename_whiteout_leaves_a_whiteout() {
     );
     assert_eq!(ns.lookup(ROOT, b"g").unwrap().ino, f.ino);
 }
+
+#[test]
+fn a_file_knows_its_current_names() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("ns.redb");
+    Namespace::format(&p, Uuid::new_v4(), 0, 0).unwrap();
+    let sorted = |ns: &Namespace, ino| {
+        let mut v = ns.names_of(ino);
+        v.sort();
+        v
+    };
+    let name = |dir: u64, n: &str| (dir, n.as_bytes().to_vec().into_boxed_slice());
+    let (a, b, f) = {
+        let ns = Namespace::open(&p).unwrap();
+        let a = ns.create(ROOT, b"a", node(Kind::Dir), L, 2).unwrap().ino;
+        let b = ns.create(ROOT, b"b", node(Kind::Dir), L, 2).unwrap().ino;
+        let f = ns.create(a, b"f", node(Kind::File), L, 2).unwrap().ino;
+        assert_eq!(ns.names_of(f), [name(a, "f")]);
+        ns.link(f, b, b"g").unwrap();
+        assert_eq!(sorted(&ns, f), [name(a, "f"), name(b, "g")]);
+        // The first name goes: the file is named in b only (its parent field still says a).
+        ns.unlink(a, b"f").unwrap();
+        assert_eq!(ns.names_of(f), [name(b, "g")]);
+        ns.rename(b, b"g", ROOT, b"top", false, false).unwrap();
+        assert_eq!(ns.names_of(f), [name(ROOT, "top")]);
+        ns.link(f, a, b"again").unwrap();
+        // A rename over one of its names elsewhere replaces that one.
+        let other = ns.create(b, b"o", node(Kind::File), L, 2).unwrap().ino;
+        ns.rename(b, b"o", a, b"again", false, false).unwrap();
+        assert_eq!(ns.names_of(f), [name(ROOT, "top")]);
+        assert_eq!(ns.names_of(other), [name(a, "again")]);
+        ns.link(f, b, b"h").unwrap();
+        ns.sync().unwrap();
+        (a, b, f)
+    };
+    // Built again from the entries at the next open.
+    let ns = Namespace::open(&p).unwrap();
+    assert_eq!(sorted(&ns, f), [name(ROOT, "top"), name(b, "h")]);
+    assert!(ns.names_of(a).is_empty(), "directories are not indexed");
+    // Open after its last name went: that name, until released.
+    ns.opened(f).unwrap();
+    ns.unlink(ROOT, b"top").unwrap();
+    ns.unlink(b, b"h").unwrap();
+    assert_eq!(ns.names_of(f), [name(b, "h")]);
+    ns.released(f).unwrap();
+    assert!(ns.names_of(f).is_empty());
+    assert_eq!(ns.folders_above(b), [b, ROOT]);
+}

@@ -1,13 +1,21 @@
 //! The cache as the volume uses it: the cache engine over the striped devices, folder targets
-//! held by directory inode (persisted, and following a folder across renames), and the class
-//! each file belongs to (its nearest targeted ancestor, else the volume default).
+//! held by directory inode (persisted, and following a folder across renames), IO classes
+//! (`classifier`), and the class of each request: see `classifier` for the rule.
+//!
+//! Config folders (of `[[cache.target]]` and of `[[cache.class]]`'s `directory`) are bound to
+//! their directory's inode the first time a mount applies them (kept on the directory in the
+//! namespace), so a folder renamed between mounts stays the target: `bind_config_folders`.
+
+pub mod classifier;
 
 use crate::error::{errno, Error, Result};
 use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};
 use cache::{
     Cache, CacheConfig, ClassConfig, ClassId, Mode, Policy, Promotion, SeqCutoff, StoreKind,
 };
+use classifier::{ClassSetting, IoClass, NameView, Resolved};
 use dashmap::DashMap;
+use mountcfg::Direction;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -17,6 +25,11 @@ use stripe::Volume;
 
 /// Key of the internal xattr that persists a live target on its directory.
 const TARGET_KEY: &str = "cache";
+/// Key of the internal xattr that binds a directory to the config path that named it.
+const BINDING_KEY: &str = "config-folder";
+/// Key of the internal xattr on the root that persists the live IO classes, one a line:
+/// `DIRECTORY-INODE|- SPEC`.
+const LIVE_CLASSES: &str = "classes";
 
 /// What a folder target asks: `mode=wb priority=0 allocation=0.5 pinned=1`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -116,6 +129,7 @@ impl TargetSetting {
             mode: self.mode,
             priority: self.priority,
             allocation: self.allocation,
+            min_allocation: 0.0,
             pinned: self.pinned,
         }
     }
@@ -126,27 +140,59 @@ struct Target {
     setting: TargetSetting,
     /// From the config file (applied at each mount) rather than set live (persisted).
     from_config: bool,
+    /// The config's path for it, when it is (or was, at this mount) a config target.
+    config_path: Option<String>,
 }
 
 pub struct Caching {
     pub cache: Arc<Cache>,
     cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
     targets: RwLock<HashMap<u64, Target>>,
-    /// Bumped by every change that can move a file to another class (targets, renames).
+    classes: RwLock<Vec<IoClass>>,
+    /// Bumped by every change that can move many files to another class (targets, classes,
+    /// folder renames): every memo is stale.
     generation: AtomicU64,
-    class_of: DashMap<u64, (u64, ClassId)>,
+    /// Bumped when one file's names change (its memo is dropped): a memo worked out meanwhile
+    /// is not kept.
+    names_epoch: AtomicU64,
+    /// Per file, what its names decide, for the generation it was worked out in.
+    class_of: DashMap<u64, (u64, Resolved)>,
     /// The mode new targets get when they name none.
     pub target_mode: Mode,
 }
 
 #[derive(Serialize)]
 pub struct TargetInfo {
+    /// Where the folder is now.
     pub path: String,
+    /// A config target's path in the config (where it was when first bound).
+    pub config_path: Option<String>,
     pub inode: u64,
     pub class: ClassId,
     #[serde(flatten)]
     pub setting: TargetSetting,
     pub from_config: bool,
+    pub occupancy_lines: u64,
+    pub dirty_lines: u64,
+}
+
+/// An IO class as `class ls` shows it.
+#[derive(Serialize)]
+pub struct ClassInfo {
+    pub name: String,
+    pub class: ClassId,
+    /// The folder as the config or the command named it, and where it is now.
+    pub directory: Option<String>,
+    pub directory_now: Option<String>,
+    pub extensions: Vec<String>,
+    pub min_size: Option<u64>,
+    pub max_size: Option<u64>,
+    pub direction: Option<&'static str>,
+    #[serde(flatten)]
+    pub setting: ClassSetting,
+    pub from_config: bool,
+    /// The rule in the words `stripefs class add` takes.
+    pub spec: String,
     pub occupancy_lines: u64,
     pub dirty_lines: u64,
 }
@@ -286,7 +332,9 @@ impl Caching {
             cache,
             cleaner: Mutex::new(None),
             targets: RwLock::new(HashMap::new()),
+            classes: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
+            names_epoch: AtomicU64::new(0),
             class_of: DashMap::new(),
             target_mode,
         };
@@ -296,15 +344,11 @@ impl Caching {
                 Err(e) => log::warn!("ignoring the damaged cache target of directory {dir}: {e}"),
             }
         }
+        let folders = bind_config_folders(config, section, ns)?;
         for t in &section.targets {
-            let dir = ensure_dir(ns, &t.path).map_err(|e| {
-                Error::Usage(format!(
-                    "{}:{}: cache.target.path: path = \"{}\": {e}",
-                    config.source.display(),
-                    t.line,
-                    t.path
-                ))
-            })?;
+            let Some(&dir) = folders.get(&t.path) else {
+                continue;
+            };
             let setting = TargetSetting {
                 mode: mode_of(&t.mode)?,
                 priority: t.priority,
@@ -312,34 +356,306 @@ impl Caching {
                 pinned: t.pinned,
             };
             caching.set_target(ns, dir, setting, true)?;
+            if let Some(t2) = caching.targets.write().get_mut(&dir) {
+                t2.config_path = Some(t.path.clone());
+            }
         }
+        for c in &section.classes {
+            let directory = match &c.directory {
+                Some(p) => match folders.get(p) {
+                    Some(&dir) => Some(dir),
+                    // Its folder could not be had (logged): the class would reach files
+                    // it was never meant for.
+                    None => continue,
+                },
+                None => None,
+            };
+            let class = IoClass {
+                name: c.name.clone(),
+                rule: classifier::Rule {
+                    directory,
+                    extensions: c.extensions.clone(),
+                    min_size: c.min_size,
+                    max_size: c.max_size,
+                    direction: c.direction,
+                },
+                directory_path: c.directory.clone(),
+                setting: ClassSetting {
+                    mode: mode_of(&c.mode)?,
+                    priority: c.priority,
+                    allocation: c.allocation,
+                    min_allocation: c.min_allocation,
+                    pinned: c.pinned,
+                },
+                class: 0,
+                from_config: true,
+            };
+            caching.put_class(class);
+        }
+        caching.load_live_classes(ns);
         *caching.cleaner.lock() = Some(caching.cache.start_cleaner());
         Ok(caching)
     }
 
-    /// The class of a file: its nearest targeted ancestor's, else the default.
-    pub fn class_of(&self, ns: &Namespace, ino: u64) -> ClassId {
+    /// The class of a request to the file `ino`, whose size with the request is `size`.
+    pub fn class_of(&self, ns: &Namespace, ino: u64, size: u64, direction: Direction) -> ClassId {
         let generation = self.generation.load(Ordering::Acquire);
         if let Some(c) = self.class_of.get(&ino) {
             if c.0 == generation {
-                return c.1;
+                return c.1.pick(size, direction);
             }
         }
-        let targets = self.targets.read();
-        let mut class = cache::DEFAULT_CLASS;
-        let mut at = ns.get(ino).map(|i| i.parent).unwrap_or(ROOT);
-        for _ in 0..4096 {
-            if let Some(t) = targets.get(&at) {
-                class = t.class;
-                break;
-            }
-            match ns.get(at) {
-                Ok(d) if d.parent != at => at = d.parent,
-                _ => break,
-            }
+        let epoch = self.names_epoch.load(Ordering::Acquire);
+        let resolved = self.resolve(ns, ino);
+        let class = resolved.pick(size, direction);
+        // Kept only if nothing moved meanwhile; a change after this is seen by the entry's
+        // lock (the change bumps first, then drops the entry).
+        let entry = self.class_of.entry(ino);
+        if self.names_epoch.load(Ordering::Acquire) == epoch
+            && self.generation.load(Ordering::Acquire) == generation
+        {
+            entry.insert((generation, resolved));
         }
-        self.class_of.insert(ino, (generation, class));
         class
+    }
+
+    /// What a file's current names decide (see `classifier`).
+    fn resolve(&self, ns: &Namespace, ino: u64) -> Resolved {
+        let names: Vec<NameView> = ns
+            .names_of(ino)
+            .into_iter()
+            .map(|(dir, name)| NameView {
+                folders: ns.folders_above(dir),
+                extension: classifier::extension(&name),
+            })
+            .collect();
+        let targets = self.targets.read();
+        // Each name's nearest target; the lowest priority number, then the lowest inode.
+        let by_targets = names
+            .iter()
+            .filter_map(|n| {
+                n.folders
+                    .iter()
+                    .find_map(|d| targets.get(d).map(|t| (t.setting.priority, *d, t.class)))
+            })
+            .min()
+            .map_or(cache::DEFAULT_CLASS, |(_, _, class)| class);
+        drop(targets);
+        classifier::resolve(&names, &self.classes.read(), by_targets)
+    }
+
+    /// The names of file `ino` changed (link, unlink, rename): its class is worked out again
+    /// at its next request.
+    pub fn names_changed(&self, ino: u64) {
+        self.names_epoch.fetch_add(1, Ordering::AcqRel);
+        self.class_of.remove(&ino);
+    }
+
+    /// Adds an IO class, or replaces the one of its name (which keeps its cache class).
+    fn put_class(&self, mut c: IoClass) -> ClassId {
+        let mut classes = self.classes.write();
+        let name = format!("class {}", c.name);
+        match classes.iter_mut().find(|o| o.name == c.name) {
+            Some(old) => {
+                c.class = old.class;
+                if let Err(e) = self.cache.set_class(c.class, c.setting.config(name)) {
+                    log::warn!("changing IO class {}: {e}", c.name);
+                }
+                *old = c;
+            }
+            None => {
+                c.class = self.cache.add_class(c.setting.config(name));
+                classes.push(c);
+            }
+        }
+        let id = classes.iter().map(|o| o.class).next_back().unwrap_or(0);
+        drop(classes);
+        self.tree_changed();
+        id
+    }
+
+    /// The live IO classes kept on the root; a name the config has is the config's again.
+    fn load_live_classes(&self, ns: &Namespace) {
+        let Some((_, raw)) = ns
+            .internal(LIVE_CLASSES)
+            .into_iter()
+            .find(|(i, _)| *i == ROOT)
+        else {
+            return;
+        };
+        let mut dropped = false;
+        for line in String::from_utf8_lossy(&raw).lines() {
+            let Some((dir, spec)) = line.split_once(' ') else {
+                continue;
+            };
+            let parsed = classifier::parse_spec(spec, self.target_mode);
+            let spec = match parsed {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("ignoring a damaged live IO class ({line}): {e}");
+                    dropped = true;
+                    continue;
+                }
+            };
+            if self.classes.read().iter().any(|c| c.name == spec.name) {
+                log::info!(
+                    "IO class {} was changed live; the config's applies again",
+                    spec.name
+                );
+                dropped = true;
+                continue;
+            }
+            let directory = match dir.parse::<u64>() {
+                Ok(ino)
+                    if ns
+                        .get(ino)
+                        .is_ok_and(|i| i.kind == Kind::Dir && i.nlink > 0) =>
+                {
+                    Some(ino)
+                }
+                Ok(ino) => {
+                    log::warn!(
+                        "dropping live IO class {}: its folder (inode {ino}) is gone",
+                        spec.name
+                    );
+                    dropped = true;
+                    continue;
+                }
+                Err(_) => None,
+            };
+            self.put_class(IoClass {
+                name: spec.name,
+                rule: classifier::Rule {
+                    directory,
+                    ..spec.rule
+                },
+                directory_path: spec.directory,
+                setting: spec.setting,
+                class: 0,
+                from_config: false,
+            });
+        }
+        if dropped {
+            if let Err(e) = self.save_live_classes(ns) {
+                log::warn!("keeping the live IO classes: {e}");
+            }
+        }
+    }
+
+    fn save_live_classes(&self, ns: &Namespace) -> Result<()> {
+        let text: String = self
+            .classes
+            .read()
+            .iter()
+            .filter(|c| !c.from_config)
+            .map(|c| {
+                let dir = c.rule.directory.map_or("-".to_string(), |d| d.to_string());
+                format!("{dir} {}\n", classifier::format_spec(c))
+            })
+            .collect();
+        let value = (!text.is_empty()).then_some(text.as_bytes());
+        ns.set_internal(ROOT, LIVE_CLASSES, value)
+    }
+
+    /// `stripefs class add`: adds an IO class, or replaces the one of its name; kept across
+    /// mounts. Refusals are `(errno, reason)`.
+    pub fn add_class(
+        &self,
+        ns: &Namespace,
+        text: &str,
+    ) -> std::result::Result<ClassId, (i32, String)> {
+        let spec = classifier::parse_spec(text, self.target_mode).map_err(|e| (libc::EINVAL, e))?;
+        let directory = match &spec.directory {
+            None => None,
+            Some(path) => Some(lookup_dir(ns, path).map_err(|e| {
+                (
+                    libc::ENOENT,
+                    format!("directory = \"{path}\": {e} (a live class's folder must exist)"),
+                )
+            })?),
+        };
+        {
+            let classes = self.classes.read();
+            if classes.len() >= mountcfg::MAX_CLASSES
+                && !classes.iter().any(|c| c.name == spec.name)
+            {
+                return Err((
+                    libc::ENOSPC,
+                    format!(
+                        "a volume has at most {} IO classes; `stripefs class rm` one first",
+                        mountcfg::MAX_CLASSES
+                    ),
+                ));
+            }
+        }
+        let id = self.put_class(IoClass {
+            name: spec.name.clone(),
+            rule: classifier::Rule {
+                directory,
+                ..spec.rule
+            },
+            directory_path: spec.directory,
+            setting: spec.setting,
+            class: 0,
+            from_config: false,
+        });
+        self.save_live_classes(ns)
+            .map_err(|e| (e.errno(), format!("keeping the class on the volume: {e}")))?;
+        Ok(id)
+    }
+
+    /// `stripefs class rm`: its dirty lines are written back and its lines join the default.
+    pub fn remove_class(
+        &self,
+        ns: &Namespace,
+        name: &str,
+    ) -> std::result::Result<bool, (i32, String)> {
+        let Some(c) = self.classes.read().iter().find(|c| c.name == name).cloned() else {
+            return Err((libc::ENOENT, format!("no IO class \"{name}\"")));
+        };
+        self.cache.remove_class(c.class).map_err(|e| {
+            (
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("removing class {name}: {e}"),
+            )
+        })?;
+        self.classes.write().retain(|o| o.name != name);
+        self.tree_changed();
+        if !c.from_config {
+            self.save_live_classes(ns).map_err(|e| {
+                (
+                    e.errno(),
+                    format!("forgetting the class on the volume: {e}"),
+                )
+            })?;
+        }
+        Ok(c.from_config)
+    }
+
+    pub fn classes(&self, ns: &Namespace) -> Vec<ClassInfo> {
+        let stats = self.cache.stats();
+        self.classes
+            .read()
+            .iter()
+            .map(|c| {
+                let s = stats.classes.iter().find(|s| s.id == c.class);
+                ClassInfo {
+                    name: c.name.clone(),
+                    class: c.class,
+                    directory: c.directory_path.clone(),
+                    directory_now: c.rule.directory.map(|d| path_of(ns, d)),
+                    extensions: c.rule.extensions.clone(),
+                    min_size: c.rule.min_size,
+                    max_size: c.rule.max_size,
+                    direction: c.rule.direction.map(Direction::name),
+                    setting: c.setting.clone(),
+                    from_config: c.from_config,
+                    spec: classifier::format_spec(c),
+                    occupancy_lines: s.map_or(0, |s| s.occupancy_lines),
+                    dirty_lines: s.map_or(0, |s| s.dirty_lines),
+                }
+            })
+            .collect()
     }
 
     /// Something moved in the tree: classes are worked out afresh.
@@ -373,6 +689,7 @@ impl Caching {
                         class,
                         setting: setting.clone(),
                         from_config,
+                        config_path: None,
                     },
                 );
             }
@@ -446,6 +763,7 @@ impl Caching {
                 let class = stats.classes.iter().find(|c| c.id == t.class);
                 TargetInfo {
                     path: path_of(ns, dir),
+                    config_path: t.config_path.clone(),
                     inode: dir,
                     class: t.class,
                     setting: t.setting.clone(),
@@ -520,6 +838,88 @@ pub fn path_of(ns: &Namespace, mut ino: u64) -> String {
     }
     names.reverse();
     format!("/{}", names.join("/"))
+}
+
+/// The folder at `path` (from the root), which must exist.
+fn lookup_dir(ns: &Namespace, path: &str) -> std::result::Result<u64, String> {
+    let mut at = ROOT;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at = match ns.lookup(at, part.as_bytes()) {
+            Ok(i) if i.kind == Kind::Dir => i.ino,
+            Ok(_) => return Err(format!("{part} is not a directory")),
+            Err(_) => return Err(format!("no folder {part} there")),
+        };
+    }
+    Ok(at)
+}
+
+/// The folders the config names (`[[cache.target]]` paths, `[[cache.class]]` directories),
+/// by path. Each is bound to its directory's inode the first time a mount applies it, and
+/// that binding (kept on the directory) is what later mounts use: a folder renamed meanwhile
+/// stays the config's. A path never bound is looked up, and made if missing (`mkdir -p`);
+/// a folder removed is made again. Bindings of paths the config no longer names go.
+fn bind_config_folders(
+    config: &mountcfg::Config,
+    section: &mountcfg::CacheSection,
+    ns: &Namespace,
+) -> Result<HashMap<String, u64>> {
+    let mut wanted: Vec<(&str, usize, &str)> = Vec::new();
+    let named = section
+        .targets
+        .iter()
+        .map(|t| (t.path.as_str(), t.line, "cache.target.path"))
+        .chain(section.classes.iter().filter_map(|c| {
+            c.directory
+                .as_deref()
+                .map(|d| (d, c.line, "cache.class.directory"))
+        }));
+    for w in named {
+        if !wanted.iter().any(|o| o.0 == w.0) {
+            wanted.push(w);
+        }
+    }
+    let bind = |dir: u64, path: Option<&str>| {
+        if let Err(e) = ns.set_internal(dir, BINDING_KEY, path.map(str::as_bytes)) {
+            log::warn!("binding config folder {path:?} to directory {dir}: {e}");
+        }
+    };
+    let mut bound: HashMap<String, u64> = HashMap::new();
+    let mut bindings = ns.internal(BINDING_KEY);
+    bindings.sort();
+    for (dir, value) in bindings {
+        let path = String::from_utf8_lossy(&value).into_owned();
+        let live = ns
+            .get(dir)
+            .is_ok_and(|i| i.kind == Kind::Dir && i.nlink > 0);
+        if live && wanted.iter().any(|w| w.0 == path) && !bound.contains_key(&path) {
+            bound.insert(path, dir);
+        } else if live {
+            bind(dir, None);
+        }
+    }
+    for &(path, line, key) in &wanted {
+        if bound.contains_key(path) {
+            continue;
+        }
+        let dir = ensure_dir(ns, path).map_err(|e| {
+            Error::Usage(format!(
+                "{}:{line}: {key}: path = \"{path}\": {e}",
+                config.source.display()
+            ))
+        })?;
+        if let Some((owner, _)) = bound.iter().find(|(_, &d)| d == dir) {
+            log::warn!(
+                "{}:{line}: {key}: \"{path}\" is now the folder of config path \"{owner}\" \
+                 (renamed there since a mount bound it); \"{path}\" is not applied: name \
+                 another folder, or rename that one back",
+                config.source.display()
+            );
+            continue;
+        }
+        bind(dir, Some(path));
+        bound.insert(path.to_string(), dir);
+    }
+    Ok(bound)
 }
 
 /// The directory at `path` (from the root), made if missing, as `mkdir -p` would.
