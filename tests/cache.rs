@@ -128,7 +128,9 @@ fn targets_decide_the_mode_and_the_stats_show_it() {
         1 << 20
     );
     assert_eq!(fs::read(v.path("images/disk.img")).unwrap(), data);
-    // The live target is still there after a remount; the config one comes back at /vm.
+    // The live target is still there after a remount; the config one comes back on its
+    // folder, renamed to /images (the mount that first applied it bound it there), and no /vm
+    // is made.
     v.remount();
     let list: serde_json::Value =
         serde_json::from_str(&stripefs_ok(&["target", "ls", v.mnt_str(), "--json"])).unwrap();
@@ -138,7 +140,9 @@ fn targets_decide_the_mode_and_the_stats_show_it() {
         .iter()
         .map(|t| t["path"].as_str().unwrap())
         .collect();
-    assert_eq!(paths, ["/backup", "/vm"]);
+    assert_eq!(paths, ["/backup", "/images"]);
+    assert_eq!(list[1]["config_path"], "/vm");
+    assert!(!v.path("vm").exists());
 }
 
 #[test]
