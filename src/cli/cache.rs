@@ -104,7 +104,10 @@ pub fn target(action: TargetAction) -> Result<()> {
                 dir.display(),
                 String::from_utf8_lossy(&was)
             );
-            if let Some(t) = entry.filter(|t| t["from_config"].as_bool() == Some(true)) {
+            // A config target (changed live or not) is applied again at the next mount.
+            if let Some(t) = entry.filter(|t| {
+                t["from_config"].as_bool() == Some(true) || t["config_path"].is_string()
+            }) {
                 let config = xattr::volume_status(&root)
                     .ok()
                     .and_then(|s| s["config"].as_str().map(str::to_string))
