@@ -173,14 +173,15 @@ impl Caching {
         let Some(c) = self.classes.read().iter().find(|c| c.name == name).cloned() else {
             return Err((libc::ENOENT, format!("no IO class \"{name}\"")));
         };
+        // Out of the classifier first, so nothing new lands in it while it is written back.
+        self.classes.write().retain(|o| o.name != name);
+        self.tree_changed();
         self.cache.remove_class(c.class).map_err(|e| {
             (
                 e.raw_os_error().unwrap_or(libc::EIO),
                 format!("removing class {name}: {e}"),
             )
         })?;
-        self.classes.write().retain(|o| o.name != name);
-        self.tree_changed();
         if !c.from_config {
             self.save_live_classes(ns).map_err(|e| {
                 (
