@@ -384,6 +384,20 @@ fn print_status(s: &serde_json::Value) {
     );
     println!("config      {}", s["config"].as_str().unwrap_or("?"));
     println!("namespace   {}", s["namespace"].as_str().unwrap_or("?"));
+    let store = &s["namespace_store"];
+    let recoveries = store["recoveries"].as_u64().unwrap_or(0);
+    println!(
+        "            {}; reserve {}{}",
+        store["state"].as_str().unwrap_or("?"),
+        match store["reserve_bytes"].as_u64().unwrap_or(0) {
+            0 => "spent (new names get ENOSPC until its filesystem has room)".to_string(),
+            n => human_bytes(n),
+        },
+        match recoveries {
+            0 => String::new(),
+            n => format!("; came back from {n} failed write(s)"),
+        }
+    );
     println!("layout      {}", s["layout"].as_str().unwrap_or("?"));
     println!(
         "contents    {} files, {} directories, {}",
