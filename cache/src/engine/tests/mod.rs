@@ -2,6 +2,7 @@
 //! a model; persistence, recovery and refusal of the file store.
 
 use super::*;
+use crate::mode::{Promotion, SeqCutoff};
 use std::sync::atomic::AtomicU64;
 
 /// An in-memory core that counts what reaches it.
