@@ -287,3 +287,61 @@ fn file_store_write_back_survives_sigkill_after_fsync() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to another volume"));
     other.mount_with(&["--cache-reset"]);
 }
+
+/// The request counters on a mounted volume, through `stripefs stats --json`: each read and
+/// write counted once, by what the cache held before it (every request reaches the daemon as
+/// written: direct_io = "always").
+#[test]
+fn stats_count_hits_misses_and_pass_through_apart() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[mount]\ndirect_io = \"always\"\n[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wt\"\n",
+    );
+    v.mount();
+    let chunk = Rng::new(3).bytes(64 << 10);
+    let rw = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(v.path(name))
+            .unwrap()
+    };
+    let a = rw("a");
+    a.write_all_at(&chunk, 0).unwrap(); // write full miss (inserted)
+    a.write_all_at(&chunk, 64 << 10).unwrap(); // write full miss (inserted)
+    let mut buf = vec![0u8; 64 << 10];
+    a.read_exact_at(&mut buf, 0).unwrap(); // read hit
+    assert_eq!(buf, chunk);
+    stripefs_ok(&["mode", v.mnt_str(), "pt"]);
+    let b = rw("b");
+    b.write_all_at(&chunk, 0).unwrap(); // pass-through write
+    b.write_all_at(&chunk, 64 << 10).unwrap(); // pass-through write
+    a.read_exact_at(&mut buf, 64 << 10).unwrap(); // pass-through read
+    stripefs_ok(&["mode", v.mnt_str(), "wt"]);
+    b.read_exact_at(&mut buf, 0).unwrap(); // read full miss (inserted)
+    let mut small = vec![0u8; 8 << 10];
+    b.read_exact_at(&mut small, 60 << 10).unwrap(); // read partial miss: 4K cached, 4K not
+    assert_eq!(&small[..4096], &chunk[60 << 10..]);
+    assert_eq!(&small[4096..], &chunk[..4096]);
+    let s = stats(&v);
+    let c = &s["counters"];
+    let got: Vec<u64> = [
+        "read_hits",
+        "read_partial_misses",
+        "read_full_misses",
+        "pass_through_reads",
+        "write_hits",
+        "write_partial_misses",
+        "write_full_misses",
+        "pass_through_writes",
+    ]
+    .iter()
+    .map(|k| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}")))
+    .collect();
+    assert_eq!(got, [1, 1, 1, 1, 0, 0, 2, 2], "{c}");
+    assert_eq!(c["caller_read_bytes"], (3 * 64 + 8) << 10, "{c}");
+    assert_eq!(c["caller_write_bytes"], 4 * 64 << 10, "{c}");
+}

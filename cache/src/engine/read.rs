@@ -1,6 +1,6 @@
 //! The read path: hit, partial miss, full miss or pass-through, and insertion.
 
-use super::request::{mask, runs, Part};
+use super::request::{count, mask, runs, Found, Part};
 use super::Cache;
 use crate::mode::Mode;
 use crate::stats::Counters;
@@ -24,22 +24,14 @@ impl Cache {
         };
         let insert = !cutoff && mode.rules().read_inserts;
         drop(self.acquire(object, &mut parts, class, insert));
+        // Counted by what the cache held before: a read that should have inserted a line and
+        // got none (promotion said no, or nothing it may evict) passed through, as in OCF.
+        let found = Found::of(&parts);
+        let unmapped = insert && parts.iter().any(|p| p.slot.is_none());
+        let pass_through = mode.rules().pass_through || cutoff || unmapped;
+        count(&mut c, false, pass_through, found);
         let result = self.read_parts(object, offset, buf, &mut parts, mode, insert, &mut c);
         let mut g = self.inner.lock();
-        let need: u32 = parts.iter().map(|p| p.touched.count_ones()).sum();
-        let had: u32 = parts
-            .iter()
-            .map(|p| (p.touched & p.valid).count_ones())
-            .sum();
-        if mode.rules().pass_through || cutoff {
-            c.pass_through_reads += 1;
-        } else if had == need {
-            c.read_hits += 1;
-        } else if had > 0 {
-            c.read_partial_misses += 1;
-        } else {
-            c.read_full_misses += 1;
-        }
         let now = Instant::now();
         for p in &parts {
             if let Some(s) = p.slot {

@@ -28,6 +28,47 @@ pub(crate) struct Part {
     pub(super) dirty: u64,
 }
 
+/// What the cache held of a request before it ran, by sectors: what its counters say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Found {
+    Hit,
+    PartialMiss,
+    FullMiss,
+}
+
+impl Found {
+    /// From the parts as `acquire` planned them (valid bits as the cache had them).
+    pub(super) fn of(parts: &[Part]) -> Found {
+        let need: u32 = parts.iter().map(|p| p.touched.count_ones()).sum();
+        let had: u32 = parts
+            .iter()
+            .map(|p| (p.touched & p.valid).count_ones())
+            .sum();
+        if had == need {
+            Found::Hit
+        } else if had > 0 {
+            Found::PartialMiss
+        } else {
+            Found::FullMiss
+        }
+    }
+}
+
+/// The request's outcome in the counters: pass-through, or what it found.
+pub(super) fn count(c: &mut Counters, write: bool, pass_through: bool, found: Found) {
+    let slot = match (write, pass_through, found) {
+        (false, true, _) => &mut c.pass_through_reads,
+        (true, true, _) => &mut c.pass_through_writes,
+        (false, false, Found::Hit) => &mut c.read_hits,
+        (false, false, Found::PartialMiss) => &mut c.read_partial_misses,
+        (false, false, Found::FullMiss) => &mut c.read_full_misses,
+        (true, false, Found::Hit) => &mut c.write_hits,
+        (true, false, Found::PartialMiss) => &mut c.write_partial_misses,
+        (true, false, Found::FullMiss) => &mut c.write_full_misses,
+    };
+    *slot += 1;
+}
+
 pub(crate) fn mask(from: u64, to: u64) -> u64 {
     if to <= from {
         return 0;

@@ -1,13 +1,28 @@
 //! The write path: what each mode does with a write hit and a write miss, and the records a
 //! file store keeps in step with it.
 
-use super::request::{mask, runs, Part};
+use super::request::{count, mask, runs, Found, Part};
 use super::Cache;
 use crate::mode::Mode;
 use crate::stats::Counters;
 use crate::{ClassId, SECTOR};
 use std::io;
 use std::time::Instant;
+
+/// What a write does with the lines it finds (OCF: the engine its mode routes it to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Route {
+    /// wb, wo: the cache takes every touched sector, dirty; the core nothing.
+    Back,
+    /// wt: the cache takes every touched sector, the core the whole write.
+    Through,
+    /// wa full hit, and a stream past the sequential cutoff: the cache updates the sectors it
+    /// holds (and fully written ones of its lines), the core takes the whole write.
+    Around,
+    /// wi, pt, and wa unless all of it is cached: the core takes the write and the cache drops
+    /// the written sectors (the rest of each line stays, dirty sectors included).
+    Invalidate,
+}
 
 impl Cache {
     pub fn write(&self, object: u64, offset: u64, data: &[u8], class: ClassId) -> io::Result<()> {
@@ -23,14 +38,28 @@ impl Cache {
             let mut g = self.inner.lock();
             self.effective_mode(&mut g, object, offset, data.len() as u64, class)
         };
-        let inserts = !cutoff && mode.rules().write_inserts;
+        let rules = mode.rules();
+        let inserts = !cutoff && rules.write_inserts;
         drop(self.acquire(object, &mut parts, class, inserts));
-        let need: u32 = parts.iter().map(|p| p.touched.count_ones()).sum();
-        let had: u32 = parts
-            .iter()
-            .map(|p| (p.touched & p.valid).count_ones())
-            .sum();
-        let result = self.write_parts(object, offset, data, &mut parts, mode, cutoff, &mut c);
+        let found = Found::of(&parts);
+        let route = if cutoff {
+            Route::Around
+        } else if rules.write_back {
+            Route::Back
+        } else if rules.write_inserts {
+            Route::Through
+        } else if rules.write_invalidates || found != Found::Hit {
+            // Write-around with a partial hit or a miss is write-invalidate (as OCF's).
+            Route::Invalidate
+        } else {
+            Route::Around
+        };
+        // Counted by what the cache held before. Invalidating writes pass through; so does
+        // one that should have inserted a line and got none (the core took that part).
+        let unmapped = inserts && parts.iter().any(|p| p.slot.is_none());
+        let pass_through = cutoff || unmapped || route == Route::Invalidate;
+        count(&mut c, true, pass_through, found);
+        let result = self.write_parts(object, offset, data, &mut parts, route, &mut c);
         // A cache file's records follow the write (below, under the lock): a line left dirty
         // gets its record, so a crash of the daemon finds every write the namespace may show
         // (the store is synced by fsync and commits); a line the write invalidated whose
@@ -47,15 +76,6 @@ impl Cache {
         };
         let mut wiped = false;
         let mut g = self.inner.lock();
-        if mode.rules().pass_through || cutoff {
-            c.pass_through_writes += 1;
-        } else if had == need {
-            c.write_hits += 1;
-        } else if had > 0 {
-            c.write_partial_misses += 1;
-        } else {
-            c.write_full_misses += 1;
-        }
         let now = Instant::now();
         for p in &parts {
             let Some(s) = p.slot else { continue };
@@ -72,11 +92,16 @@ impl Cache {
                 g.free.push(s);
                 continue;
             }
+            // Dirty sectors the write invalidated: if the durable record has them, it is
+            // rewritten and synced before the write completes.
+            let dropped = g.slots[s as usize].dirty & !p.dirty != 0;
+            let disk_dirty = g.slots[s as usize].disk_dirty;
             g.slots[s as usize].valid = p.valid;
             g.set_dirty(s, p.dirty, now);
             g.touch(s, class);
-            if p.dirty != 0 && record_failed.is_none() {
+            if (p.dirty != 0 || disk_dirty) && record_failed.is_none() {
                 record_failed = self.record_locked(&mut g, s).err();
+                wiped |= disk_dirty && dropped;
             }
         }
         if record_failed.is_some() {
@@ -110,11 +135,10 @@ impl Cache {
         offset: u64,
         data: &[u8],
         parts: &mut [Part],
-        mode: Mode,
-        cutoff: bool,
+        route: Route,
         c: &mut Counters,
     ) -> io::Result<()> {
-        let to_cache_only = !cutoff && mode.rules().write_back;
+        let to_cache_only = route == Route::Back;
         for p in parts.iter_mut() {
             let base = p.line * self.line;
             let bytes = &data[p.buf..p.buf + (p.b - p.a) as usize];
@@ -125,19 +149,20 @@ impl Cache {
                 }
                 continue;
             };
-            let invalidate = !cutoff && mode.rules().write_invalidates;
-            if invalidate {
-                if p.dirty != 0 {
-                    self.clean_slot(object, p.line, s, p.dirty, c)?;
+            if route == Route::Invalidate {
+                // A dirty sector the write covers only in part holds bytes the core lacks:
+                // written back first, the write goes over it.
+                let partly = p.dirty & p.touched & !p.full;
+                if partly != 0 {
+                    self.clean_slot(object, p.line, s, partly, c)?;
                 }
-                p.valid = 0;
-                p.dirty = 0;
+                p.valid &= !p.touched;
+                p.dirty &= !p.touched;
                 continue;
             }
             // Which sectors the cache takes: all touched ones for inserting modes, else
-            // (write-around, cutoff) only those it already holds or that are fully written.
-            let inserting = !cutoff && mode.rules().write_inserts;
-            let take = if inserting {
+            // (write-around hit, cutoff) only those it already holds or that are fully written.
+            let take = if matches!(route, Route::Back | Route::Through) {
                 p.touched
             } else {
                 p.touched & (p.valid | p.full)

@@ -3,6 +3,9 @@
 
 use super::*;
 use crate::mode::{Promotion, SeqCutoff};
+
+mod counters;
+mod modes;
 use std::sync::atomic::AtomicU64;
 
 /// An in-memory core that counts what reaches it.
