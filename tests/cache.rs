@@ -343,5 +343,5 @@ fn stats_count_hits_misses_and_pass_through_apart() {
     .collect();
     assert_eq!(got, [1, 1, 1, 1, 0, 0, 2, 2], "{c}");
     assert_eq!(c["caller_read_bytes"], (3 * 64 + 8) << 10, "{c}");
-    assert_eq!(c["caller_write_bytes"], 4 * 64 << 10, "{c}");
+    assert_eq!(c["caller_write_bytes"], (4 * 64) << 10, "{c}");
 }
