@@ -322,6 +322,12 @@ fn bad_config_corpus() {
             "unknown field",
         ),
         (
+            "[cache]\nsize = \"4M\"\ndefault_priority = 256\n",
+            5,
+            "cache.default_priority",
+            "from 0 (kept longest) to 255",
+        ),
+        (
             "[cache]\nsize = \"4M\"\n[cache.cleaner]\nbatch = 0\n",
             6,
             "cache.cleaner.batch",
@@ -494,4 +500,20 @@ fn a_cache_mode_that_reaches_no_file_is_warned_about() {
     );
     assert!(warned("mode = \"wb\"\ndefault = \"all\"\n").is_empty());
     assert!(warned("default = \"targets\"\n").is_empty());
+}
+
+#[test]
+fn the_default_class_priority_is_read_and_defaults_to_1() {
+    let d = Dirs::new(1);
+    let cache = |extra: &str| {
+        d.parse(&format!(
+            "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"4M\"\n{extra}"
+        ))
+        .unwrap()
+        .cache
+        .unwrap()
+    };
+    assert_eq!(cache("").default_priority, 1);
+    assert_eq!(cache("default_priority = 7\n").default_priority, 7);
+    assert_eq!(cache("default_priority = 0\n").default_priority, 0);
 }

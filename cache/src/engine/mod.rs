@@ -47,6 +47,9 @@ pub struct CacheConfig {
     pub size: u64,
     pub line_size: u64,
     pub default_mode: Mode,
+    /// Eviction priority of the volume default's class (files outside every target): 0 is
+    /// kept longest; a class evicts only lines of classes numbered the same or higher.
+    pub default_priority: u8,
     pub policy: Policy,
     /// The volume the cache belongs to; a file store of another volume is refused.
     pub volume: [u8; 16],
@@ -173,7 +176,7 @@ impl Cache {
         } = attach(&cfg, line, nslots)?;
         store.throttle = cfg.throttle.clone();
         let mut default = ClassConfig::new("default", cfg.default_mode);
-        default.priority = 1;
+        default.priority = cfg.default_priority;
         let mut inner = Inner {
             slots: (0..nslots)
                 .map(|_| Slot {

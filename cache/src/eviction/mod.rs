@@ -15,9 +15,13 @@ pub(crate) trait Eviction: Send + Sync {
 }
 
 /// The classes a request of `class` may evict from, in the order to try them: only its own
-/// when it is at its share, else every unpinned class, the lowest priority (the highest
-/// number) first.
+/// when it is at its share, else every unpinned class as important as it or less (priority
+/// numerically >= its own: 0 is kept longest, as OCF's), the least important first. None of
+/// them with a clean line: the request passes through.
 pub(crate) fn order(g: &Inner, class: ClassId, over_share: bool) -> Vec<ClassId> {
+    let own = g.classes[class as usize]
+        .as_ref()
+        .map_or(0, |c| c.cfg.priority);
     let mut order: Vec<ClassId> = if over_share {
         vec![class]
     } else {
@@ -25,7 +29,7 @@ pub(crate) fn order(g: &Inner, class: ClassId, over_share: bool) -> Vec<ClassId>
             .filter(|&c| {
                 g.classes[c as usize]
                     .as_ref()
-                    .is_some_and(|c| !c.cfg.pinned)
+                    .is_some_and(|c| !c.cfg.pinned && c.cfg.priority >= own)
             })
             .collect()
     };
