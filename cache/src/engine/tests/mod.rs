@@ -5,6 +5,7 @@ use super::*;
 use crate::mode::{Promotion, SeqCutoff};
 
 mod counters;
+mod discard;
 mod modes;
 use std::sync::atomic::AtomicU64;
 
