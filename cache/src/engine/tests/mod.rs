@@ -6,6 +6,7 @@ use crate::mode::{Promotion, SeqCutoff};
 
 mod counters;
 mod discard;
+mod lists;
 mod modes;
 use std::sync::atomic::AtomicU64;
 
