@@ -796,9 +796,8 @@ impl Engine {
         }
         let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
-        // A punch or zeroing forgets the file's cached lines after writing them back: alone,
-        // so no write (mmap or writeback-cache flushes do not hold the kernel's inode lock)
-        // dirties a line in between and is forgotten with it.
+        // A punch or zeroing drops the range from the cache: alone, so no write (mmap or
+        // writeback-cache flushes do not hold the kernel's inode lock) lands in between.
         let punch = mode & (PUNCH | ZERO) != 0;
         let (_shared, _alone) = if punch {
             (None, Some(lock.write()))
@@ -817,12 +816,10 @@ impl Engine {
         } else {
             end
         };
-        if let (Some(c), true) = (&self.caching, punch) {
-            // A hole punched (or zeroed) in the devices must not be refilled from the cache.
-            c.cache.flush_object(inode.object).map_err(io_error)?;
-            c.cache.forget(inode.object).map_err(io_error)?;
-        }
-        if end_in_file > offset {
+        let devices = || -> Result<()> {
+            if end_in_file <= offset {
+                return Ok(());
+            }
             let apply = |mode| {
                 self.volume
                     .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)
@@ -841,6 +838,18 @@ impl Engine {
                 }
                 r => r?,
             }
+            Ok(())
+        };
+        match (&self.caching, punch) {
+            // Only the range leaves the cache (its dirty sectors dropped, not written back),
+            // its lines held while the devices punch it, so nothing refills the hole.
+            (Some(c), true) => c.cache.discard(
+                inode.object,
+                offset,
+                end_in_file.saturating_sub(offset),
+                devices,
+            )?,
+            _ => devices()?,
         }
         if mode & KEEP_SIZE == 0 && end > inode.size {
             self.ns.note_write(ino, end)?;

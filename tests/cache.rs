@@ -291,3 +291,122 @@ fn file_store_write_back_survives_sigkill_after_fsync() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to another volume"));
     other.mount_with(&["--cache-reset"]);
 }
+
+/// The request counters on a mounted volume, through `stripefs stats --json`: each read and
+/// write counted once, by what the cache held before it (every request reaches the daemon as
+/// written: direct_io = "always").
+#[test]
+fn stats_count_hits_misses_and_pass_through_apart() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[mount]\ndirect_io = \"always\"\n[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wt\"\n",
+    );
+    v.mount();
+    let chunk = Rng::new(3).bytes(64 << 10);
+    let rw = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(v.path(name))
+            .unwrap()
+    };
+    let a = rw("a");
+    a.write_all_at(&chunk, 0).unwrap(); // write full miss (inserted)
+    a.write_all_at(&chunk, 64 << 10).unwrap(); // write full miss (inserted)
+    let mut buf = vec![0u8; 64 << 10];
+    a.read_exact_at(&mut buf, 0).unwrap(); // read hit
+    assert_eq!(buf, chunk);
+    stripefs_ok(&["mode", v.mnt_str(), "pt"]);
+    let b = rw("b");
+    b.write_all_at(&chunk, 0).unwrap(); // pass-through write
+    b.write_all_at(&chunk, 64 << 10).unwrap(); // pass-through write
+    a.read_exact_at(&mut buf, 64 << 10).unwrap(); // pass-through read
+    stripefs_ok(&["mode", v.mnt_str(), "wt"]);
+    b.read_exact_at(&mut buf, 0).unwrap(); // read full miss (inserted)
+    let mut small = vec![0u8; 8 << 10];
+    b.read_exact_at(&mut small, 60 << 10).unwrap(); // read partial miss: 4K cached, 4K not
+    assert_eq!(&small[..4096], &chunk[60 << 10..]);
+    assert_eq!(&small[4096..], &chunk[..4096]);
+    let s = stats(&v);
+    let c = &s["counters"];
+    let got: Vec<u64> = [
+        "read_hits",
+        "read_partial_misses",
+        "read_full_misses",
+        "pass_through_reads",
+        "write_hits",
+        "write_partial_misses",
+        "write_full_misses",
+        "pass_through_writes",
+    ]
+    .iter()
+    .map(|k| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}")))
+    .collect();
+    assert_eq!(got, [1, 1, 1, 1, 0, 0, 2, 2], "{c}");
+    assert_eq!(c["caller_read_bytes"], (3 * 64 + 8) << 10, "{c}");
+    assert_eq!(c["caller_write_bytes"], (4 * 64) << 10, "{c}");
+}
+
+/// A hole punched in a file with dirty lines in a write-back file cache: zeros there, the
+/// data elsewhere, only the range left the cache, and the same after a crash (recovery writes
+/// back the dirty lines outside the hole, nothing into it).
+#[test]
+fn a_punched_hole_leaves_only_its_range_of_the_cache_and_survives_a_crash() {
+    let mut v = TestVolume::new(2, "64K", "");
+    let ssd = v.root.path().join("ssd");
+    fs::create_dir(&ssd).unwrap();
+    let cfg = fs::read_to_string(&v.config).unwrap()
+        + &format!(
+            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
+            ssd.display()
+        );
+    fs::write(&v.config, cfg).unwrap();
+    v.mount();
+    let data = Rng::new(21).bytes(256 << 10);
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(v.path("f"))
+        .unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    let dirty_before = stats(&v)["dirty_lines"].as_u64().unwrap();
+    assert_eq!(dirty_before, 16, "256K in 16K lines, all dirty");
+    // 10000..110000: parts of lines 0 and 6, lines 1..5 whole.
+    let (at, len) = (10_000u64, 100_000u64);
+    // SAFETY: plain syscall on an open file.
+    let r = unsafe {
+        libc::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            at as i64,
+            len as i64,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let mut want = data.clone();
+    want[at as usize..(at + len) as usize].fill(0);
+    let s = stats(&v);
+    assert_eq!(
+        s["dirty_lines"].as_u64().unwrap(),
+        16 - 5,
+        "lines wholly inside freed, the rest still dirty: {s}"
+    );
+    drop(f);
+    assert!(fs::read(v.path("f")).unwrap() == want, "before the crash");
+    v.crash();
+    v.mount();
+    assert!(fs::read(v.path("f")).unwrap() == want, "after the crash");
+    v.umount();
+    v.assert_fsck_clean("after the test");
+    v.mount();
+    assert!(
+        fs::read(v.path("f")).unwrap() == want,
+        "after a clean remount"
+    );
+}

@@ -6,9 +6,12 @@
 //! line sees one operation at a time, while data moves (store and core I/O) outside the mutex.
 
 mod attach;
+mod cleaning;
 mod engine;
-mod lru;
+mod eviction;
+mod metadata;
 mod mode;
+mod promotion;
 mod stats;
 mod store;
 

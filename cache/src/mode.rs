@@ -46,14 +46,80 @@ impl Mode {
 
     /// Modes that hold data the core has not seen.
     pub fn holds_dirty(self) -> bool {
-        matches!(self, Mode::Wb | Mode::Wo)
+        self.rules().write_back
     }
 
-    /// Whether a read miss inserts the line.
-    pub(crate) fn read_inserts(self) -> bool {
-        matches!(self, Mode::Wt | Mode::Wb | Mode::Wa | Mode::Wi)
+    /// What the engine does with each kind of request in this mode: its row of `RULES`.
+    pub(crate) fn rules(self) -> &'static Rules {
+        &RULES[self as usize]
     }
 }
+
+/// One mode, as the request path sees it (OCF: the engine each mode routes to).
+pub(crate) struct Rules {
+    /// A read miss inserts the line.
+    pub read_inserts: bool,
+    /// A write miss inserts the line (and a write hit takes every sector it touches).
+    pub write_inserts: bool,
+    /// Writes go to the cache only, dirty; the cleaner writes them back.
+    pub write_back: bool,
+    /// Writes go to the core and invalidate what the cache held of the line.
+    pub write_invalidates: bool,
+    /// Everything goes to the core; dirty sectors a read meets are cleaned first.
+    pub pass_through: bool,
+}
+
+/// The modes' rules, in the order of `Mode`'s variants.
+const RULES: [Rules; 6] = [
+    // wt: reads insert; writes to cache and core.
+    Rules {
+        read_inserts: true,
+        write_inserts: true,
+        write_back: false,
+        write_invalidates: false,
+        pass_through: false,
+    },
+    // wb: reads insert; writes to cache only, dirty.
+    Rules {
+        read_inserts: true,
+        write_inserts: true,
+        write_back: true,
+        write_invalidates: false,
+        pass_through: false,
+    },
+    // wa: reads insert; writes update only what is cached, and go to the core.
+    Rules {
+        read_inserts: true,
+        write_inserts: false,
+        write_back: false,
+        write_invalidates: false,
+        pass_through: false,
+    },
+    // wi: reads insert; writes go to the core and invalidate.
+    Rules {
+        read_inserts: true,
+        write_inserts: false,
+        write_back: false,
+        write_invalidates: true,
+        pass_through: false,
+    },
+    // wo: reads never insert; writes as write-back.
+    Rules {
+        read_inserts: false,
+        write_inserts: true,
+        write_back: true,
+        write_invalidates: false,
+        pass_through: false,
+    },
+    // pt: everything to the core.
+    Rules {
+        read_inserts: false,
+        write_inserts: false,
+        write_back: false,
+        write_invalidates: true,
+        pass_through: true,
+    },
+];
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

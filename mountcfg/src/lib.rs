@@ -86,6 +86,8 @@ pub struct CacheSection {
     pub mode: String,
     /// true: every file is cached by `mode`; false: only files under a target.
     pub default_all: bool,
+    /// Eviction priority of the files outside every target (0 is kept longest).
+    pub default_priority: u8,
     pub staleness: Duration,
     pub wake_up: Duration,
     pub batch: usize,
@@ -331,6 +333,7 @@ struct RawCache {
     line_size: Option<Spanned<SizeValue>>,
     mode: Option<Spanned<String>>,
     default: Option<Spanned<String>>,
+    default_priority: Option<Spanned<i64>>,
     cleaner: Option<RawCleaner>,
     seq_cutoff: Option<RawSeqCutoff>,
     promotion: Option<RawPromotion>,
@@ -1211,6 +1214,7 @@ fn validate_cache(
         line_size,
         mode,
         default_all,
+        default_priority: 1,
         staleness: Duration::from_secs(30),
         wake_up: Duration::from_secs(1),
         batch: 128,
@@ -1222,6 +1226,15 @@ fn validate_cache(
         classes: Vec::new(),
         emulate: None,
     };
+    if let Some(p) = raw.default_priority {
+        section.default_priority = checked(
+            ctx,
+            p,
+            "cache.default_priority",
+            |n| (0..=255).contains(&n),
+            "must be from 0 (kept longest) to 255",
+        )? as u8;
+    }
     if let Some(e) = raw.emulate {
         let span = e.span();
         let name = e.into_inner();

@@ -322,6 +322,12 @@ fn bad_config_corpus() {
             "unknown field",
         ),
         (
+            "[cache]\nsize = \"4M\"\ndefault_priority = 256\n",
+            5,
+            "cache.default_priority",
+            "from 0 (kept longest) to 255",
+        ),
+        (
             "[cache]\nsize = \"4M\"\n[cache.cleaner]\nbatch = 0\n",
             6,
             "cache.cleaner.batch",
@@ -607,4 +613,20 @@ fn bad_io_classes_name_file_line_and_key() {
         e.starts_with("vol.toml:7: suffix: unknown field `suffix`"),
         "{e}"
     );
+}
+
+#[test]
+fn the_default_class_priority_is_read_and_defaults_to_1() {
+    let d = Dirs::new(1);
+    let cache = |extra: &str| {
+        d.parse(&format!(
+            "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"4M\"\n{extra}"
+        ))
+        .unwrap()
+        .cache
+        .unwrap()
+    };
+    assert_eq!(cache("").default_priority, 1);
+    assert_eq!(cache("default_priority = 7\n").default_priority, 7);
+    assert_eq!(cache("default_priority = 0\n").default_priority, 0);
 }

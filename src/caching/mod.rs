@@ -292,6 +292,7 @@ impl Caching {
                 Mode::Pt
             },
             policy,
+            default_priority: section.default_priority,
             volume: *volume.uuid().as_bytes(),
             reset: reset != CacheReset::Keep,
             discard_dirty: reset == CacheReset::DiscardDirty,

@@ -1,7 +1,11 @@
-//! LRU lists threaded through the cache's slots, as OCF keeps them: every class has a list of
+//! LRU eviction, as OCF's: lists threaded through the cache's slots, every class with a list of
 //! clean lines and a list of dirty lines, most recently used at the head. Touching a line is
 //! O(1) and the clean victim of a class is the tail of its clean list, however many dirty
 //! lines are older.
+
+use super::Eviction;
+use crate::metadata::Inner;
+use crate::ClassId;
 
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -82,6 +86,19 @@ impl Links {
                 at = self.prev[s as usize];
                 s
             })
+        })
+    }
+}
+
+/// The least recently used clean line of a class that no request holds.
+pub(crate) struct Lru;
+
+impl Eviction for Lru {
+    fn victim(&self, g: &Inner, class: ClassId) -> Option<u32> {
+        let cl = g.classes.get(class as usize)?.as_ref()?;
+        g.links.oldest_first(&cl.clean).find(|&s| {
+            let sl = &g.slots[s as usize];
+            !sl.busy && sl.dirty == 0
         })
     }
 }

@@ -2,6 +2,13 @@
 //! a model; persistence, recovery and refusal of the file store.
 
 use super::*;
+use crate::mode::{Promotion, SeqCutoff};
+
+mod counters;
+mod discard;
+mod eviction;
+mod lists;
+mod modes;
 use std::sync::atomic::AtomicU64;
 
 /// An in-memory core that counts what reaches it.
@@ -67,6 +74,7 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         size,
         line_size: line,
         default_mode: mode,
+        default_priority: 1,
         policy: Policy {
             seq_cutoff: SeqCutoff::Never,
             ..Policy::default()
@@ -516,41 +524,6 @@ fn a_failed_cache_device_goes_pass_through_and_keeps_dirty_lines() {
     assert_eq!(cache.stats().dirty_lines, 1);
     assert!(cache.flush_all(&mut |_, _| {}).is_err());
     assert_eq!(cache.stats().dirty_lines, 1);
-}
-
-/// A clean line is found for eviction however many dirty lines are older (the old scan looked
-/// at the 256 oldest only, and stopped inserting reads once those were all dirty).
-#[test]
-fn a_clean_victim_is_found_behind_any_number_of_dirty_lines() {
-    let core = Arc::new(Core::default());
-    // 1024 lines of 4K; the cleaner is not started, so dirty lines stay dirty.
-    let cache = Cache::open(
-        config(StoreKind::Ram, 4 << 20, 4096, Mode::Wb),
-        core.clone(),
-    )
-    .unwrap();
-    // The 1000 oldest lines dirty, then 24 clean ones.
-    for i in 0..1000u64 {
-        cache
-            .write(1, i * 4096, &[1u8; 4096], DEFAULT_CLASS)
-            .unwrap();
-    }
-    for i in 0..24u64 {
-        read(&cache, 2, i * 4096, 4096);
-    }
-    assert_eq!(cache.stats().occupancy_lines, 1024);
-    // A new read still gets a line: a clean one is evicted, no dirty one is lost.
-    read(&cache, 3, 0, 4096);
-    let st = cache.stats();
-    assert_eq!(st.occupancy_lines, 1024);
-    assert_eq!(st.dirty_lines, 1000);
-    let before = core.counts().0;
-    read(&cache, 3, 0, 4096);
-    assert_eq!(
-        core.counts().0,
-        before,
-        "the new line was inserted and now hits"
-    );
 }
 
 /// Recovery that cuts a line's dirty sectors past the committed size leaves the line on the

@@ -1,0 +1,191 @@
+//! Writing dirty lines back: the background cleaner (its choice of lines is the cleaning
+//! policy's), flushes, and the write-back at unmount.
+
+use super::request::Part;
+use super::Cache;
+use crate::stats::Counters;
+use crate::store::Header;
+use crate::{ClassId, DEFAULT_CLASS};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Cache {
+    /// Writes back every dirty line that `pick(object, class)` selects.
+    pub(super) fn flush_where(&self, pick: &dyn Fn(u64, ClassId) -> bool) -> io::Result<()> {
+        let mut total = 0;
+        self.flush_loop(pick, &mut |_, _| {}, &mut total)
+    }
+
+    pub(super) fn flush_loop(
+        &self,
+        pick: &dyn Fn(u64, ClassId) -> bool,
+        progress: &mut dyn FnMut(u64, u64),
+        done: &mut u64,
+    ) -> io::Result<()> {
+        loop {
+            let batch: Vec<(u64, u64)> = {
+                let g = self.inner.lock();
+                g.index
+                    .iter()
+                    .filter(|(&(o, _), &s)| {
+                        let sl = &g.slots[s as usize];
+                        sl.dirty != 0 && pick(o, sl.class)
+                    })
+                    .map(|(&k, _)| k)
+                    .take(256)
+                    .collect()
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let left = self.inner.lock().dirty_lines as u64;
+            progress(*done, *done + left);
+            *done += self.clean_keys(&batch)? as u64;
+        }
+    }
+
+    /// Cleans the given lines (waiting for busy ones); returns how many it wrote back.
+    pub(super) fn clean_keys(&self, keys: &[(u64, u64)]) -> io::Result<usize> {
+        let mut cleaned = Vec::new();
+        let mut result = Ok(());
+        for &(object, line) in keys {
+            let mut parts = vec![Part {
+                line,
+                slot: None,
+                a: 0,
+                b: 0,
+                buf: 0,
+                touched: 0,
+                full: 0,
+                valid: 0,
+                dirty: 0,
+            }];
+            let g = self.acquire(object, &mut parts, DEFAULT_CLASS, false);
+            let class = parts[0]
+                .slot
+                .map(|s| g.slots[s as usize].class)
+                .unwrap_or(DEFAULT_CLASS);
+            drop(g);
+            let mut c = Counters::default();
+            let r = match parts[0].slot {
+                Some(s) if parts[0].dirty != 0 => {
+                    self.clean_slot(object, line, s, parts[0].dirty, &mut c)
+                }
+                _ => Ok(()),
+            };
+            let mut g = self.inner.lock();
+            match &r {
+                Ok(()) => {
+                    if let Some(s) = parts[0].slot {
+                        if parts[0].dirty != 0 {
+                            g.set_dirty(s, 0, Instant::now());
+                            cleaned.push((object, s));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Never dropped: the line stays dirty and is tried again.
+                    log::error!("write-back of object {object} line {line} failed: {e}");
+                    g.cleaner_errors += 1;
+                }
+            }
+            g.class_mut(class).counters.add(&c);
+            self.release(&mut g, &parts);
+            drop(g);
+            if r.is_err() && result.is_ok() {
+                result = r;
+            }
+        }
+        // Core first, then the records that say those lines are clean.
+        let mut objects: Vec<u64> = cleaned.iter().map(|c| c.0).collect();
+        objects.sort_unstable();
+        objects.dedup();
+        for o in objects {
+            self.backend.sync(o)?;
+        }
+        faultpoint::fault_point!("cache.clean-core-written");
+        if self.store.persistent() && !cleaned.is_empty() {
+            let slots: Vec<u32> = cleaned.iter().map(|c| c.1).collect();
+            self.persist(&slots)?;
+        }
+        let n = cleaned.len();
+        self.inner.lock().cleaned_lines += n as u64;
+        result.map(|()| n)
+    }
+
+    /// Writes back the dirty lines of one object.
+    pub fn flush_object(&self, object: u64) -> io::Result<()> {
+        self.flush_where(&|o, _| o == object)
+    }
+
+    /// Writes back everything dirty; `progress(done, total)` hears how far it is.
+    pub fn flush_all(&self, progress: &mut dyn FnMut(u64, u64)) -> io::Result<()> {
+        let mut done = 0;
+        self.flush_loop(&|_, _| true, progress, &mut done)?;
+        progress(done, done);
+        Ok(())
+    }
+
+    /// One pass of the background cleaner: the lines the cleaning policy picks.
+    pub fn clean_pass(&self) -> io::Result<usize> {
+        let keys = {
+            let mut policy = self.cleaning.lock();
+            let g = self.inner.lock();
+            policy.pick(&g, self.nslots, Instant::now())
+        };
+        let n = if keys.is_empty() {
+            0
+        } else {
+            self.clean_keys(&keys)?
+        };
+        self.inner.lock().cleaner_passes += 1;
+        Ok(n)
+    }
+
+    /// Starts the background cleaner; it stops with `shutdown`.
+    pub fn start_cleaner(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let cache = self.clone();
+        std::thread::Builder::new()
+            .name("cache-cleaner".into())
+            .spawn(move || {
+                while !cache.stop.load(Ordering::Relaxed) {
+                    {
+                        let wait = cache.cleaning.lock().wait();
+                        let mut g = cache.inner.lock();
+                        cache.wake.wait_for(&mut g, wait);
+                    }
+                    if cache.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Err(e) = cache.clean_pass() {
+                        log::error!("cache cleaner: {e}");
+                    }
+                }
+            })
+            .expect("cleaner thread")
+    }
+
+    /// Unmount: everything dirty written back, and a file store marked clean so its lines are
+    /// trusted at the next mount.
+    pub fn shutdown(&self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.wake.notify_all();
+        self.flush_all(&mut |_, _| {})?;
+        if self.store.persistent() {
+            let all: Vec<u32> = (0..self.nslots as u32).collect();
+            self.persist(&all)?;
+            faultpoint::fault_point!("cache.header-clean");
+            self.store.write_header(&Header {
+                volume: self.volume,
+                id: self.id,
+                generation: self.generation,
+                line_size: self.line,
+                slots: self.nslots as u64,
+                clean: true,
+            })?;
+        }
+        Ok(())
+    }
+}

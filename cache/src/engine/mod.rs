@@ -1,0 +1,437 @@
+//! The cache proper, as the volume sees it: the `Cache` type and its public API. The request
+//! path lives beside it: `read`, `write`, `range` (truncate, forget), `clean` (write-back,
+//! flush, the cleaner thread) and `durability` (records of a file store, recovery). What is
+//! kept about each line is in `crate::metadata`; which line goes, which is inserted and which
+//! is cleaned are the policies of `crate::eviction`, `crate::promotion` and `crate::cleaning`.
+
+use crate::attach::{attach, Attached};
+use crate::cleaning::{self, Cleaning};
+use crate::eviction::{Eviction, Links, List, Lru};
+use crate::metadata::{Class, Inner, Slot};
+use crate::mode::{ClassConfig, Mode, Policy};
+use crate::promotion;
+use crate::stats::{CacheStats, ClassStats, Counters};
+use crate::store::{Store, EMPTY};
+use crate::{Backend, ClassId, DEFAULT_CLASS, SECTOR};
+use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap as HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+mod clean;
+mod durability;
+mod range;
+mod read;
+mod request;
+mod rescue;
+#[cfg(test)]
+mod tests;
+mod write;
+
+pub(crate) use request::runs;
+pub use rescue::DirtyRun;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreKind {
+    Ram,
+    /// A cache file at this path (a directory on the fast device, or the file itself).
+    File(PathBuf),
+}
+
+#[derive(Clone)]
+pub struct CacheConfig {
+    pub store: StoreKind,
+    pub size: u64,
+    pub line_size: u64,
+    pub default_mode: Mode,
+    /// Eviction priority of the volume default's class (files outside every target): 0 is
+    /// kept longest; a class evicts only lines of classes numbered the same or higher.
+    pub default_priority: u8,
+    pub policy: Policy,
+    /// The volume the cache belongs to; a file store of another volume is refused.
+    pub volume: [u8; 16],
+    /// Discard an existing cache file (foreign, or made with other settings), unless it
+    /// holds unwritten data and `discard_dirty` is not given.
+    pub reset: bool,
+    /// Drop unwritten (dirty) data where a cache cannot be used as it is.
+    pub discard_dirty: bool,
+    /// The volume generation now: a cache file of another generation holds stale lines.
+    pub generation: u64,
+    /// The cache (by id) the volume last used, whose lines may still be current.
+    pub bound: Option<[u8; 16]>,
+    /// The volume knows that its bound cache holds data not yet on the core: that cache
+    /// missing, replaced or damaged refuses to open.
+    pub holds_dirty: bool,
+    /// Called once, before the first dirty line becomes durable in a cache file: the owner
+    /// records that the cache now holds data the core lacks.
+    pub on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
+    /// A model that makes the store behave like a slower device.
+    pub throttle: Option<Arc<dyn crate::Throttle>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cache: {0}")]
+    Io(#[from] io::Error),
+    #[error("cache file {path} belongs to another volume{}; --cache-reset replaces it{}", held(*dirty_lines), lost(*dirty_lines))]
+    Foreign { path: String, dirty_lines: usize },
+    #[error("cache file {path} was made with line size {line_size} and {slots} lines; the config asks for {want}. Mount with the settings it was made with and unmount (that writes its data back), or --cache-reset replaces it (refused while it holds unwritten data)")]
+    Mismatch {
+        path: String,
+        line_size: u64,
+        slots: u64,
+        want: String,
+    },
+    #[error("cache file {0} is missing, but the volume records that its cache holds data not yet written to the devices (acknowledged writes). Make it reachable (is its device mounted?) and mount again; --cache-reset --discard-dirty mounts without it and LOSES that data")]
+    Missing(String),
+    #[error("cache file {0} is not the cache that holds this volume's unwritten data (another file is in its place). Put the right one back and mount again; --cache-reset --discard-dirty LOSES that data")]
+    NotBound(String),
+    #[error("cache file {path} is damaged: {what}. Its unwritten data cannot be trusted; `stripefs fsck` names the files it may hold; --cache-reset --discard-dirty drops it (that data is LOST)")]
+    Damaged { path: String, what: String },
+    #[error("cache file {0} has format 1 (an older stripefs) and was not stopped clean: mount it with that version and unmount, or --cache-reset --discard-dirty drops what it holds (LOST)")]
+    Format1(String),
+    #[error("{0} exists and is not a stripefs cache file; it is neither used nor replaced: point the config's cache store elsewhere")]
+    NotCache(String),
+    #[error("--cache-reset would drop cache file {path}, which holds {dirty_lines} line(s) of data not yet written to the devices{}. Mount without --cache-reset (that writes them back), or add --discard-dirty to drop them (LOST)", if *damaged > 0 { format!(" and {damaged} damaged record(s)") } else { String::new() })]
+    DirtyReset {
+        path: String,
+        dirty_lines: usize,
+        damaged: usize,
+    },
+    #[error("cache: {0}")]
+    Config(String),
+}
+
+pub struct Cache {
+    backend: Arc<dyn Backend>,
+    store: Store,
+    line: u64,
+    nslots: usize,
+    inner: Mutex<Inner>,
+    /// Signalled whenever a busy line is released.
+    released: Condvar,
+    /// Which dirty lines the cleaner writes back, and when.
+    cleaning: Mutex<Box<dyn Cleaning>>,
+    /// Which clean line makes room.
+    eviction: Box<dyn Eviction>,
+    /// Wakes the cleaner early.
+    wake: Condvar,
+    stop: AtomicBool,
+    volume: [u8; 16],
+    /// Made when the cache file was: the volume names the cache holding its dirty data by it.
+    id: [u8; 16],
+    generation: u64,
+    /// The owner knows the cache may hold dirty data (`on_first_dirty` was called, or the
+    /// volume knew it at open).
+    dirty_declared: Mutex<bool>,
+    on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
+    /// The cache device failed: everything runs pass-through; dirty lines stay where they are.
+    failed: AtomicBool,
+}
+
+fn held(dirty_lines: usize) -> String {
+    if dirty_lines > 0 {
+        format!(" and holds {dirty_lines} line(s) of its unwritten data")
+    } else {
+        String::new()
+    }
+}
+
+fn lost(dirty_lines: usize) -> &'static str {
+    if dirty_lines > 0 {
+        " only with --discard-dirty (that volume LOSES that data)"
+    } else {
+        ""
+    }
+}
+
+fn io_err(msg: String) -> io::Error {
+    io::Error::other(msg)
+}
+
+impl Cache {
+    /// Opens a cache. A file store finds the lines it held: all of them after a clean stop,
+    /// only the dirty ones after a crash (those are written back by `recover`).
+    pub fn open(cfg: CacheConfig, backend: Arc<dyn Backend>) -> Result<Arc<Cache>, CacheError> {
+        let line = cfg.line_size;
+        if !line.is_power_of_two() || !(SECTOR..=64 * SECTOR).contains(&line) {
+            return Err(CacheError::Config(format!(
+                "line size {line} must be a power of two from 4K to 256K"
+            )));
+        }
+        let nslots = cfg.size / line;
+        if nslots == 0 {
+            return Err(CacheError::Config(format!(
+                "cache size {} is smaller than one line ({line})",
+                cfg.size
+            )));
+        }
+        let Attached {
+            mut store,
+            records,
+            id,
+        } = attach(&cfg, line, nslots)?;
+        store.throttle = cfg.throttle.clone();
+        let mut default = ClassConfig::new("default", cfg.default_mode);
+        default.priority = cfg.default_priority;
+        let mut inner = Inner {
+            slots: (0..nslots)
+                .map(|_| Slot {
+                    key: None,
+                    valid: 0,
+                    dirty: 0,
+                    class: DEFAULT_CLASS,
+                    dirty_since: None,
+                    busy: false,
+                    disk_dirty: false,
+                })
+                .collect(),
+            free: Vec::new(),
+            index: HashMap::default(),
+            objects: HashMap::default(),
+            classes: vec![Some(Class {
+                cfg: default,
+                clean: List::default(),
+                dirty: List::default(),
+                counters: Counters::default(),
+            })],
+            links: Links::new(nslots as usize),
+            dirty_lines: 0,
+            streams: HashMap::default(),
+            promotion: promotion::from_setting(cfg.policy.promotion),
+            policy: cfg.policy.clone(),
+            cleaner_passes: 0,
+            cleaned_lines: 0,
+            cleaner_errors: 0,
+        };
+        let now = Instant::now();
+        for (i, r) in records.iter().enumerate() {
+            if r.object == EMPTY || r.valid == 0 {
+                continue;
+            }
+            let s = i as u32;
+            inner.attach(s, (r.object, r.line), DEFAULT_CLASS);
+            let slot = &mut inner.slots[s as usize];
+            slot.valid = r.valid;
+            slot.disk_dirty = r.dirty != 0;
+            inner.set_dirty(s, r.dirty & r.valid, now);
+        }
+        inner.free = (0..nslots as u32)
+            .rev()
+            .filter(|&s| inner.slots[s as usize].key.is_none())
+            .collect();
+        Ok(Arc::new(Cache {
+            backend,
+            store,
+            line,
+            nslots: nslots as usize,
+            inner: Mutex::new(inner),
+            released: Condvar::new(),
+            cleaning: Mutex::new(cleaning::from_policy(&cfg.policy)),
+            eviction: Box::new(Lru),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            volume: cfg.volume,
+            id,
+            generation: cfg.generation,
+            dirty_declared: Mutex::new(cfg.holds_dirty && cfg.bound == Some(id)),
+            on_first_dirty: cfg.on_first_dirty.clone(),
+            failed: AtomicBool::new(false),
+        }))
+    }
+
+    pub fn line_size(&self) -> u64 {
+        self.line
+    }
+
+    /// The cache's identity (made with its file; a RAM store's is new at every mount).
+    pub fn id(&self) -> [u8; 16] {
+        self.id
+    }
+
+    /// Whether the store outlives the daemon (a cache file).
+    pub fn persistent(&self) -> bool {
+        self.store.persistent()
+    }
+
+    // ----- classes -----
+
+    /// Adds a class; returns its id.
+    pub fn add_class(&self, cfg: ClassConfig) -> ClassId {
+        let mut g = self.inner.lock();
+        let class = Class {
+            cfg,
+            clean: List::default(),
+            dirty: List::default(),
+            counters: Counters::default(),
+        };
+        match g.classes.iter().position(Option::is_none) {
+            Some(i) => {
+                g.classes[i] = Some(class);
+                i as ClassId
+            }
+            None => {
+                g.classes.push(Some(class));
+                (g.classes.len() - 1) as ClassId
+            }
+        }
+    }
+
+    /// Changes a class; leaving a mode that holds dirty data writes its dirty lines back first.
+    pub fn set_class(&self, id: ClassId, cfg: ClassConfig) -> io::Result<()> {
+        let leaving_dirty = {
+            let g = self.inner.lock();
+            let c = g.classes.get(id as usize).and_then(Option::as_ref);
+            let old = c
+                .map(|c| c.cfg.mode)
+                .ok_or_else(|| io_err(format!("no class {id}")))?;
+            old.holds_dirty() && !cfg.mode.holds_dirty()
+        };
+        if leaving_dirty {
+            self.flush_where(&|_, class| class == id)?;
+        }
+        let mut g = self.inner.lock();
+        g.class_mut(id).cfg = cfg;
+        Ok(())
+    }
+
+    pub fn class(&self, id: ClassId) -> Option<ClassConfig> {
+        let g = self.inner.lock();
+        g.classes.get(id as usize)?.as_ref().map(|c| c.cfg.clone())
+    }
+
+    /// Removes a class: its dirty lines are written back and its lines join the default class.
+    pub fn remove_class(&self, id: ClassId) -> io::Result<()> {
+        if id == DEFAULT_CLASS {
+            return Err(io_err("the default class cannot be removed".into()));
+        }
+        self.flush_where(&|_, class| class == id)?;
+        let mut g = self.inner.lock();
+        let slots: Vec<u32> = g
+            .classes
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map(|c| {
+                g.links
+                    .oldest_first(&c.clean)
+                    .chain(g.links.oldest_first(&c.dirty))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for s in slots {
+            g.move_class(s, DEFAULT_CLASS);
+        }
+        if let Some(c) = g.classes.get_mut(id as usize) {
+            // Keep what it counted in the default class's totals.
+            if let Some(old) = c.take() {
+                g.class_mut(DEFAULT_CLASS).counters.add(&old.counters);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn default_mode(&self) -> Mode {
+        self.inner.lock().class_mut(DEFAULT_CLASS).cfg.mode
+    }
+
+    // ----- failure of the cache device -----
+
+    /// Makes the store fail every I/O, as a dead cache device would (drills and tests).
+    pub fn fail_store(&self) {
+        self.store.broken.store(true, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn mark_failed(&self) {
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            let dirty = self.inner.lock().dirty_lines;
+            log::error!(
+                "CACHE DEVICE FAILED{}: running pass-through from now on; {dirty} dirty lines \
+                 stay in the cache and are written back if it can still be read",
+                self.store
+                    .path
+                    .as_ref()
+                    .map(|p| format!(" ({})", p.display()))
+                    .unwrap_or_default()
+            );
+        }
+    }
+
+    // ----- settings and statistics -----
+
+    pub fn set_policy(&self, policy: Policy) {
+        *self.cleaning.lock() = cleaning::from_policy(&policy);
+        let mut g = self.inner.lock();
+        if g.policy.promotion != policy.promotion {
+            g.promotion = promotion::from_setting(policy.promotion);
+        }
+        g.policy = policy;
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let g = self.inner.lock();
+        let mut total = Counters::default();
+        let classes: Vec<ClassStats> = g
+            .classes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, c)| {
+                let c = c.as_ref()?;
+                total.add(&c.counters);
+                Some(ClassStats {
+                    id: id as u16,
+                    name: c.cfg.name.clone(),
+                    mode: c.cfg.mode.name().into(),
+                    priority: c.cfg.priority,
+                    allocation: c.cfg.allocation,
+                    pinned: c.cfg.pinned,
+                    occupancy_lines: c.lines() as u64,
+                    dirty_lines: c.dirty.len() as u64,
+                    counters: c.counters.clone(),
+                })
+            })
+            .collect();
+        let occupied = g.index.len() as u64;
+        let dirty_bytes: u64 = g
+            .index
+            .values()
+            .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
+            .sum();
+        CacheStats {
+            failed: self.failed(),
+            emulated: self.store.throttle.as_ref().map(|t| t.describe()),
+            store: if self.store.persistent() {
+                "file"
+            } else {
+                "ram"
+            }
+            .into(),
+            path: self.store.path.as_ref().map(|p| p.display().to_string()),
+            default_mode: g.classes[0]
+                .as_ref()
+                .map(|c| c.cfg.mode.name())
+                .unwrap_or("pt")
+                .into(),
+            size_bytes: self.nslots as u64 * self.line,
+            line_size: self.line,
+            lines: self.nslots as u64,
+            occupancy_lines: occupied,
+            free_lines: self.nslots as u64 - occupied,
+            clean_lines: occupied - g.dirty_lines as u64,
+            dirty_lines: g.dirty_lines as u64,
+            occupancy_bytes: occupied * self.line,
+            dirty_bytes,
+            counters: total,
+            cleaner_passes: g.cleaner_passes,
+            cleaned_lines: g.cleaned_lines,
+            cleaner_errors: g.cleaner_errors,
+            classes,
+        }
+    }
+}

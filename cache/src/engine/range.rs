@@ -1,0 +1,186 @@
+//! Operations on a range of a file: truncate (and forget, a truncate to nothing), and discard
+//! (a hole punched or zeroed: only that range leaves the cache).
+
+use super::request::{mask, runs, Part};
+use super::Cache;
+use crate::{DEFAULT_CLASS, SECTOR};
+use std::io;
+use std::time::Instant;
+
+impl Cache {
+    /// A file shrank to `size`: lines past it go, the tail of the last one reads as zeros.
+    pub fn truncate(&self, object: u64, size: u64) -> io::Result<()> {
+        let lines: Vec<u64> = {
+            let g = self.inner.lock();
+            g.objects
+                .get(&object)
+                .map(|l| l.range(size / self.line..).copied().collect())
+                .unwrap_or_default()
+        };
+        let mut wiped = false;
+        for line in lines {
+            let mut parts = vec![Part {
+                line,
+                slot: None,
+                a: 0,
+                b: 0,
+                buf: 0,
+                touched: 0,
+                full: 0,
+                valid: 0,
+                dirty: 0,
+            }];
+            let g = self.acquire(object, &mut parts, DEFAULT_CLASS, false);
+            drop(g);
+            let Some(s) = parts[0].slot else {
+                self.release(&mut self.inner.lock(), &parts);
+                continue;
+            };
+            let start = line * self.line;
+            let keep = size.saturating_sub(start);
+            let mut r = Ok(());
+            if keep > 0
+                && !keep.is_multiple_of(SECTOR)
+                && parts[0].valid & mask(keep / SECTOR, keep / SECTOR + 1) != 0
+            {
+                let tail = vec![0u8; (SECTOR - keep % SECTOR) as usize];
+                r = self.store.write(s, keep, &tail);
+            }
+            let cut = !mask(0, keep.div_ceil(SECTOR));
+            let mut g = self.inner.lock();
+            let disk_dirty = g.slots[s as usize].disk_dirty;
+            {
+                let sl = &mut g.slots[s as usize];
+                sl.valid &= !cut;
+            }
+            let dirty = g.slots[s as usize].dirty & !cut;
+            g.set_dirty(s, dirty, Instant::now());
+            let emptied = g.slots[s as usize].valid == 0;
+            if emptied {
+                g.detach(s);
+                // Wiped (durably before truncate returns), so a crash cannot bring the
+                // dropped data back.
+                if disk_dirty && r.is_ok() {
+                    r = match faultpoint::check("cache.record-wipe") {
+                        Some(e) => Err(e),
+                        None => self.record_locked(&mut g, s),
+                    };
+                    wiped = true;
+                }
+                g.free.push(s);
+            }
+            self.release(&mut g, &parts);
+            drop(g);
+            r?;
+        }
+        if wiped {
+            self.store.sync()?;
+        }
+        Ok(())
+    }
+
+    /// A file is gone: its lines are dropped, dirty or not.
+    pub fn forget(&self, object: u64) -> io::Result<()> {
+        self.truncate(object, 0)
+    }
+
+    /// A hole punched (or a range zeroed) in `object`: `punch` does it on the core while the
+    /// cached lines of the range are held, so neither the cleaner nor anyone else writes
+    /// their old data there meanwhile. Then the range leaves the cache: sectors wholly inside
+    /// are dropped, dirty or not (never written back), lines wholly inside are freed, and the
+    /// cached bytes of sectors it covers in part read as zeros. A file store's records say so
+    /// durably before this returns, so recovery never writes dropped data over the hole.
+    /// If `punch` fails, the clean sectors of the range are dropped (the core may hold either
+    /// data there now) and the dirty ones kept: they are the file's newest data.
+    pub fn discard<E: From<io::Error>>(
+        &self,
+        object: u64,
+        offset: u64,
+        len: u64,
+        punch: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        let end = offset.saturating_add(len);
+        if len == 0 {
+            return punch();
+        }
+        let mut parts: Vec<Part> = {
+            let g = self.inner.lock();
+            let (first, last) = (offset / self.line, (end - 1) / self.line);
+            g.objects
+                .get(&object)
+                .map(|l| l.range(first..=last).copied().collect::<Vec<u64>>())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|line| {
+                    let start = line * self.line;
+                    let a = offset.max(start) - start;
+                    let b = end.min(start + self.line) - start;
+                    Part {
+                        line,
+                        slot: None,
+                        a,
+                        b,
+                        buf: 0,
+                        touched: mask(a / SECTOR, b.div_ceil(SECTOR)),
+                        full: mask(a.div_ceil(SECTOR), b / SECTOR),
+                        valid: 0,
+                        dirty: 0,
+                    }
+                })
+                .collect()
+        };
+        drop(self.acquire(object, &mut parts, DEFAULT_CLASS, false));
+        let punched = punch();
+        let mut r: io::Result<()> = Ok(());
+        let mut sync = false;
+        if punched.is_ok() {
+            // Sectors covered in part keep their other bytes: the punched ones become zeros.
+            for p in parts.iter().filter(|p| p.slot.is_some()) {
+                let s = p.slot.unwrap();
+                for (s0, s1) in runs(p.touched & !p.full & p.valid) {
+                    for k in s0..s1 {
+                        let from = p.a.max(k * SECTOR);
+                        let to = p.b.min((k + 1) * SECTOR);
+                        if r.is_ok() {
+                            r = self.store.write(s, from, &vec![0u8; (to - from) as usize]);
+                        }
+                    }
+                    sync |= self.store.persistent() && p.dirty & mask(s0, s1) != 0;
+                }
+            }
+        }
+        let mut g = self.inner.lock();
+        let now = Instant::now();
+        for p in &parts {
+            let Some(s) = p.slot else { continue };
+            let gone = match (&punched, &r) {
+                (Ok(()), Ok(())) => p.full,
+                (Ok(()), Err(_)) => p.full | (p.touched & !p.dirty),
+                (Err(_), _) => p.touched & !p.dirty,
+            };
+            let disk_dirty = g.slots[s as usize].disk_dirty;
+            g.slots[s as usize].valid = p.valid & !gone;
+            g.set_dirty(s, p.dirty & !gone, now);
+            // A record that says dirty for what is gone is rewritten (emptied with its line).
+            let stale_record = disk_dirty && (p.dirty & gone != 0 || p.valid & !gone == 0);
+            if g.slots[s as usize].valid == 0 {
+                g.detach(s);
+                g.free.push(s);
+            }
+            if stale_record && r.is_ok() {
+                r = match faultpoint::check("cache.record-wipe") {
+                    Some(e) => Err(e),
+                    None => self.record_locked(&mut g, s),
+                };
+                sync = true;
+            }
+        }
+        self.release(&mut g, &parts);
+        drop(g);
+        if sync && r.is_ok() {
+            r = self.store.sync();
+        }
+        punched?;
+        r.map_err(E::from)
+    }
+}

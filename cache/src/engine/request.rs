@@ -1,0 +1,320 @@
+//! What every request shares: its plan (one part per line), taking its lines (busy marks,
+//! allocation through promotion and eviction), the mode it runs in (sequential cutoff), and
+//! the I/O to the core and of one line's dirty sectors.
+
+use super::Cache;
+use crate::metadata::Inner;
+use crate::mode::{Mode, SeqCutoff};
+use crate::stats::Counters;
+use crate::store::{Record, EMPTY};
+use crate::{eviction, ClassId, SECTOR};
+use parking_lot::MutexGuard;
+use std::io;
+
+/// One line's share of a request.
+pub(crate) struct Part {
+    pub(super) line: u64,
+    pub(super) slot: Option<u32>,
+    /// Byte range inside the line.
+    pub(super) a: u64,
+    pub(super) b: u64,
+    /// Where in the caller's buffer it starts.
+    pub(super) buf: usize,
+    /// Sector masks: touched, and fully covered.
+    pub(super) touched: u64,
+    pub(super) full: u64,
+    /// Valid and dirty bits when planned (stable while the slot is busy).
+    pub(super) valid: u64,
+    pub(super) dirty: u64,
+}
+
+/// What the cache held of a request before it ran, by sectors: what its counters say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Found {
+    Hit,
+    PartialMiss,
+    FullMiss,
+}
+
+impl Found {
+    /// From the parts as `acquire` planned them (valid bits as the cache had them).
+    pub(super) fn of(parts: &[Part]) -> Found {
+        let need: u32 = parts.iter().map(|p| p.touched.count_ones()).sum();
+        let had: u32 = parts
+            .iter()
+            .map(|p| (p.touched & p.valid).count_ones())
+            .sum();
+        if had == need {
+            Found::Hit
+        } else if had > 0 {
+            Found::PartialMiss
+        } else {
+            Found::FullMiss
+        }
+    }
+}
+
+/// The request's outcome in the counters: pass-through, or what it found.
+pub(super) fn count(c: &mut Counters, write: bool, pass_through: bool, found: Found) {
+    let slot = match (write, pass_through, found) {
+        (false, true, _) => &mut c.pass_through_reads,
+        (true, true, _) => &mut c.pass_through_writes,
+        (false, false, Found::Hit) => &mut c.read_hits,
+        (false, false, Found::PartialMiss) => &mut c.read_partial_misses,
+        (false, false, Found::FullMiss) => &mut c.read_full_misses,
+        (true, false, Found::Hit) => &mut c.write_hits,
+        (true, false, Found::PartialMiss) => &mut c.write_partial_misses,
+        (true, false, Found::FullMiss) => &mut c.write_full_misses,
+    };
+    *slot += 1;
+}
+
+pub(crate) fn mask(from: u64, to: u64) -> u64 {
+    if to <= from {
+        return 0;
+    }
+    let n = to - from;
+    let bits = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    bits << from
+}
+
+/// Runs of set bits: (first sector, end sector).
+pub(crate) fn runs(m: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < 64 {
+        if m & (1 << i) != 0 {
+            let start = i;
+            while i < 64 && m & (1 << i) != 0 {
+                i += 1;
+            }
+            out.push((start, i));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+impl Cache {
+    pub(super) fn plan(&self, offset: u64, len: usize) -> Vec<Part> {
+        let mut parts = Vec::new();
+        let end = offset + len as u64;
+        let mut pos = offset;
+        while pos < end {
+            let line = pos / self.line;
+            let a = pos % self.line;
+            let b = (end - line * self.line).min(self.line);
+            parts.push(Part {
+                line,
+                slot: None,
+                a,
+                b,
+                buf: (pos - offset) as usize,
+                touched: mask(a / SECTOR, b.div_ceil(SECTOR)),
+                full: mask(a.div_ceil(SECTOR), b / SECTOR),
+                valid: 0,
+                dirty: 0,
+            });
+            pos = line * self.line + b;
+        }
+        parts
+    }
+
+    /// Marks the request's existing lines busy (waiting while another operation holds one),
+    /// and allocates lines where `alloc` says so. Lines are taken in ascending order, so two
+    /// requests never wait on each other in a cycle.
+    pub(super) fn acquire<'a>(
+        &'a self,
+        object: u64,
+        parts: &mut [Part],
+        class: ClassId,
+        alloc: bool,
+    ) -> MutexGuard<'a, Inner> {
+        let mut g = self.inner.lock();
+        loop {
+            let busy = parts.iter().any(|p| {
+                g.index
+                    .get(&(object, p.line))
+                    .is_some_and(|&s| g.slots[s as usize].busy)
+            });
+            if !busy {
+                break;
+            }
+            self.released.wait(&mut g);
+        }
+        for p in parts.iter_mut() {
+            let key = (object, p.line);
+            let mut slot = g.index.get(&key).copied();
+            if slot.is_none() && alloc && g.promotion.promote(key) {
+                slot = self.allocate(&mut g, class);
+                if let Some(s) = slot {
+                    g.attach(s, key, class);
+                }
+            }
+            if let Some(s) = slot {
+                let sl = &mut g.slots[s as usize];
+                sl.busy = true;
+                p.valid = sl.valid;
+                p.dirty = sl.dirty;
+            }
+            p.slot = slot;
+        }
+        g
+    }
+
+    pub(super) fn release(&self, g: &mut Inner, parts: &[Part]) {
+        for s in parts.iter().filter_map(|p| p.slot) {
+            g.slots[s as usize].busy = false;
+        }
+        self.released.notify_all();
+    }
+
+    /// A free slot, or an evicted clean one (the eviction policy's choice).
+    pub(super) fn allocate(&self, g: &mut Inner, class: ClassId) -> Option<u32> {
+        let class = g.live_class(class);
+        let own = g.classes.get(class as usize)?.as_ref()?;
+        // A class at its share replaces its own lines, even while others are free.
+        let over_share = own.lines() as f64 >= own.cfg.allocation * self.nslots as f64;
+        let free = if over_share { None } else { g.free.pop() };
+        if let Some(s) = free {
+            // A freed slot whose durable record still says dirty is wiped before reuse.
+            if g.slots[s as usize].disk_dirty {
+                if self.write_empty_record(s).is_err() {
+                    g.free.push(s);
+                    return None;
+                }
+                g.slots[s as usize].disk_dirty = false;
+            }
+            return Some(s);
+        }
+        for c in eviction::order(g, class, over_share) {
+            if let Some(s) = self.eviction.victim(g, c) {
+                if g.slots[s as usize].disk_dirty {
+                    if self.write_empty_record(s).is_err() {
+                        continue;
+                    }
+                    g.slots[s as usize].disk_dirty = false;
+                }
+                g.detach(s);
+                g.free.retain(|&f| f != s);
+                return Some(s);
+            }
+        }
+        // Everything evictable is dirty: let the cleaner catch up.
+        self.wake.notify_one();
+        None
+    }
+
+    pub(super) fn write_empty_record(&self, slot: u32) -> io::Result<()> {
+        if !self.store.persistent() {
+            return Ok(());
+        }
+        faultpoint::fault_point!("cache.record-wipe");
+        self.store.write_record(
+            slot,
+            &Record {
+                object: EMPTY,
+                line: EMPTY,
+                valid: 0,
+                dirty: 0,
+            },
+        )?;
+        self.store.sync()
+    }
+
+    /// The mode a request runs in, with the sequential cutoff applied.
+    pub(super) fn effective_mode(
+        &self,
+        g: &mut Inner,
+        object: u64,
+        offset: u64,
+        len: u64,
+        class: ClassId,
+    ) -> (Mode, bool) {
+        let mode = g
+            .classes
+            .get(class as usize)
+            .and_then(Option::as_ref)
+            .map_or(Mode::Pt, |c| c.cfg.mode);
+        if self.failed() {
+            return (Mode::Pt, false);
+        }
+        if g.streams.len() > 4096 {
+            g.streams.clear();
+        }
+        let run = match g.streams.get(&object) {
+            Some(&(next, run)) if next == offset => run + len,
+            _ => len,
+        };
+        g.streams.insert(object, (offset + len, run));
+        let full = g.free.is_empty();
+        let cut = match g.policy.seq_cutoff {
+            SeqCutoff::Never => false,
+            SeqCutoff::Always => run > g.policy.seq_threshold,
+            SeqCutoff::Full => full && run > g.policy.seq_threshold,
+        };
+        (mode, cut && mode != Mode::Pt)
+    }
+
+    pub(super) fn core_read(
+        &self,
+        object: u64,
+        offset: u64,
+        buf: &mut [u8],
+        c: &mut Counters,
+    ) -> io::Result<()> {
+        self.backend
+            .read(object, offset, buf)
+            .inspect_err(|_| c.core_errors += 1)?;
+        c.core_read_bytes += buf.len() as u64;
+        Ok(())
+    }
+
+    pub(super) fn core_write(
+        &self,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        c: &mut Counters,
+    ) -> io::Result<()> {
+        self.backend
+            .write(object, offset, data)
+            .inspect_err(|_| c.core_errors += 1)?;
+        c.core_write_bytes += data.len() as u64;
+        Ok(())
+    }
+
+    /// Writes a busy slot's dirty sectors back to the core.
+    pub(super) fn clean_slot(
+        &self,
+        object: u64,
+        line: u64,
+        slot: u32,
+        dirty: u64,
+        c: &mut Counters,
+    ) -> io::Result<()> {
+        for (s0, s1) in runs(dirty) {
+            let mut buf = vec![0u8; ((s1 - s0) * SECTOR) as usize];
+            self.store
+                .read(slot, s0 * SECTOR, &mut buf)
+                .inspect_err(|_| c.cache_errors += 1)?;
+            c.cache_read_bytes += buf.len() as u64;
+            self.core_write(object, line * self.line + s0 * SECTOR, &buf, c)?;
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Lines a request left with nothing valid are given back.
+    pub(super) fn drop_empty(&mut self, parts: &[Part]) {
+        for s in parts.iter().filter_map(|p| p.slot) {
+            let sl = &self.slots[s as usize];
+            if sl.key.is_some() && sl.valid == 0 {
+                self.detach(s);
+                self.free.push(s);
+            }
+        }
+    }
+}
