@@ -1016,21 +1016,35 @@ impl Engine {
         if from == to {
             return Ok(inode);
         }
+        self.rebuild(&inode, to, inode.size, "engine.migrate-copied", |object| {
+            self.volume
+                .copy_to(inode.object, &from, inode.size, object, &to)
+        })
+    }
+
+    /// Gives the file `inode` (its data lock held alone) a new object, made by `copy` into
+    /// the object id it is handed, with `layout` and `size`, switched to in one durable commit:
+    /// a crash shows the old file or the new, never a blend. `point` is the fault point
+    /// between the copy and the switch.
+    pub(crate) fn rebuild(
+        &self,
+        inode: &Inode,
+        layout: Layout,
+        size: u64,
+        #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))] point: &'static str,
+        copy: impl FnOnce(u64) -> stripe::Result<()>,
+    ) -> Result<Inode> {
         if let Some(c) = &self.caching {
             // The copy reads the devices: they must hold everything first.
             c.cache.flush_object(inode.object).map_err(io_error)?;
             c.cache.forget(inode.object).map_err(io_error)?;
         }
         let object = self.ns.new_object_id()?;
-        self.volume.set_layout(object, to);
-        let switched = self
-            .volume
-            .copy_to(inode.object, &from, inode.size, object, &to)
-            .map_err(Error::from)
-            .and_then(|()| {
-                faultpoint::fault_point!("engine.migrate-copied");
-                self.ns.switch_object(ino, object, to, inode.size)
-            });
+        self.volume.set_layout(object, layout);
+        let switched = copy(object).map_err(Error::from).and_then(|()| {
+            faultpoint::fault_point!(point);
+            self.ns.switch_object(inode.ino, object, layout, size)
+        });
         let out = match switched {
             Ok(out) => out,
             Err(e) => {

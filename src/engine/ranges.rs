@@ -187,27 +187,11 @@ impl Engine {
         self.check_size(&layout, size)?;
         self.finish_cut(&inode, &layout)?;
         self.drop_setid(&inode, caller)?;
-        if let Some(c) = &self.caching {
-            // The copy reads the devices: they must hold everything first.
-            c.cache.flush_object(inode.object).map_err(io_error)?;
-            c.cache.forget(inode.object).map_err(io_error)?;
-        }
-        let object = self.ns.new_object_id()?;
-        self.volume.set_layout(object, layout);
-        let switched = self
-            .volume
-            .shifted_copy(inode.object, object, &layout, offset, len, insert)
-            .map_err(Error::from)
-            .and_then(|()| {
-                faultpoint::fault_point!("engine.shift-copied");
-                self.ns.switch_object(ino, object, layout, size)
-            });
-        if let Err(e) = switched {
-            // The file still has its old object: the copy goes.
-            let _ = self.volume.remove(object);
-            self.ns.discard_object(object);
-            return Err(e);
-        }
-        self.commit()
+        let object = inode.object;
+        self.rebuild(&inode, layout, size, "engine.shift-copied", |to| {
+            self.volume
+                .shifted_copy(object, to, &layout, offset, len, insert)
+        })
+        .map(|_| ())
     }
 }
