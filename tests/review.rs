@@ -317,3 +317,234 @@ fn another_user_reads_roots_refusal_reason_through_a_reused_pid() {
         "user tests read root's refusal reason: {leaked:?}"
     );
 }
+
+fn lseek(f: &File, offset: u64, whence: i32) -> Option<u64> {
+    // SAFETY: plain syscall on an open file.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), offset as i64, whence) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "lseek: {e}");
+        return None;
+    }
+    Some(r as u64)
+}
+
+fn copy_range(from: &File, from_off: u64, to: &File, to_off: u64, len: u64) -> u64 {
+    let (mut a, mut b) = (from_off as i64, to_off as i64);
+    let mut done = 0u64;
+    while done < len {
+        // SAFETY: plain syscall on open files with offsets we own.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut a,
+                to.as_raw_fd(),
+                &mut b,
+                (len - done) as usize,
+                0,
+            )
+        };
+        assert!(n >= 0, "copy_file_range: {}", std::io::Error::last_os_error());
+        if n == 0 {
+            break;
+        }
+        done += n as u64;
+    }
+    done
+}
+
+/// Probe (not a known defect): SEEK_DATA / SEEK_HOLE against a model of 4K blocks, for 1 to
+/// 4 devices, every width and first device, two stripe sizes; and copy_file_range between
+/// files of different layouts (object to object where alike, else through the daemon),
+/// with and without a write-back cache.
+fn seek_and_copy_across_layouts(extra: &str) {
+    const B: u64 = 4096;
+    for devices in 1..=4usize {
+        let mut v = TestVolume::new(devices, "16K", extra);
+        v.mount();
+        let mut rng = Rng::new(devices as u64 * 7 + extra.len() as u64);
+        let mut files: Vec<(String, File, Vec<u8>, Vec<bool>)> = Vec::new();
+        for stripe in ["8K", "16K"] {
+            for width in 1..=devices {
+                for first in 0..devices {
+                    let name = format!("f{stripe}-{width}-{first}");
+                    let p = v.path(&name);
+                    let f = open_rw(&p);
+                    setxattr(
+                        &p,
+                        "user.stripefs.layout",
+                        format!("stripe_size={stripe} width={width} first_device={first}")
+                            .as_bytes(),
+                    )
+                    .unwrap();
+                    let blocks = 64 + rng.below(64) as usize;
+                    let mut model = vec![0u8; blocks * B as usize];
+                    let mut data = vec![false; blocks];
+                    for _ in 0..(blocks / 3) {
+                        let b = rng.below(blocks as u64) as usize;
+                        let bytes = rng.bytes(B as usize);
+                        f.write_all_at(&bytes, b as u64 * B).unwrap();
+                        model[b * B as usize..(b + 1) * B as usize].copy_from_slice(&bytes);
+                        data[b] = true;
+                    }
+                    // A size not on a block, with a hole at the end some of the time.
+                    let size = (blocks as u64 - rng.below(2)) * B - rng.below(B);
+                    f.set_len(size).unwrap();
+                    model.truncate(size as usize);
+                    for off in (0..size + 2 * B).step_by(1024) {
+                        let want_data = (off..size)
+                            .find(|&o| data[(o / B) as usize])
+                            .map(|o| o.max(off));
+                        let want_hole = if off >= size {
+                            None
+                        } else {
+                            Some((off..size).find(|&o| !data[(o / B) as usize]).unwrap_or(size))
+                        };
+                        assert_eq!(
+                            lseek(&f, off, libc::SEEK_DATA),
+                            want_data,
+                            "{name}: SEEK_DATA {off} (size {size}, {devices} devices)"
+                        );
+                        assert_eq!(
+                            lseek(&f, off, libc::SEEK_HOLE),
+                            want_hole,
+                            "{name}: SEEK_HOLE {off} (size {size}, {devices} devices)"
+                        );
+                    }
+                    files.push((name, f, model, data));
+                }
+            }
+        }
+        // Copies between files of other layouts, and inside one file.
+        for step in 0..120 {
+            let s = rng.below(files.len() as u64) as usize;
+            let d = rng.below(files.len() as u64) as usize;
+            let src_len = files[s].2.len() as u64;
+            let from = rng.below(src_len);
+            let mut to = rng.below(files[d].2.len() as u64 + 20_000);
+            if step % 2 == 0 {
+                to = to / (16 << 10) * (16 << 10) + from % (16 << 10);
+            }
+            let len = 1 + rng.below(100_000);
+            let want = len.min(src_len - from);
+            if s == d && from < to + want && to < from + want {
+                continue;
+            }
+            let n = copy_range(&files[s].1, from, &files[d].1, to, len);
+            assert_eq!(n, want, "step {step}: copied");
+            let bytes = files[s].2[from as usize..(from + n) as usize].to_vec();
+            let model = &mut files[d].2;
+            let end = (to + n) as usize;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[to as usize..end].copy_from_slice(&bytes);
+            let (name, f, model, _) = &files[d];
+            let mut got = vec![0u8; model.len()];
+            f.read_exact_at(&mut got, 0).unwrap();
+            assert_eq!(f.metadata().unwrap().len(), model.len() as u64, "{name} size");
+            assert!(
+                got == *model,
+                "step {step}: {name} differs at {:?} after a copy of {n} from {} at {from} to \
+                 {to} ({devices} devices)",
+                first_diff(&got, model),
+                files[s].0
+            );
+        }
+        drop(files);
+        v.umount();
+    }
+}
+
+#[test]
+fn probe_seek_and_copy_across_layouts() {
+    seek_and_copy_across_layouts("");
+}
+
+#[test]
+fn probe_seek_and_copy_across_layouts_through_a_write_back_cache() {
+    seek_and_copy_across_layouts(
+        "[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"16K\"\nmode = \"wb\"\n\
+         [cache.cleaner]\nstaleness = \"1h\"\n",
+    );
+}
+
+/// A truncate that meets a failed store write (the store then cannot be reopened): the new
+/// size stands in memory (`mutate_tx` answers Ok for a change that met a failed write), but
+/// `set_size`'s commit fails, so the caller gets EIO and the objects are never cut, and no
+/// cut is left pending. The file now shows size 0; once the store is back, extending it
+/// (ftruncate up, or a write past the end) brings the old bytes back instead of zeros.
+#[cfg(feature = "failpoints")]
+#[test]
+fn truncate_that_met_a_failed_store_write_lets_old_bytes_reappear() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let len = 256usize << 10;
+    fs::write(v.path("f"), vec![0xEEu8; len]).unwrap();
+    let f = open_rw(&v.path("f"));
+    f.sync_all().unwrap();
+
+    arm(&v, "namespace.reopen=return(eio)");
+    arm(&v, "namespace.store-write=1*return(eio)");
+    let r = f.set_len(0);
+    arm(&v, "namespace.reopen=off");
+    arm(&v, "namespace.store-write=off");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    drop_caches();
+    let seen = fs::metadata(v.path("f")).unwrap().len();
+    // The store comes back at the next change.
+    f.set_len(len as u64).unwrap();
+    drop(f);
+    drop_caches();
+    let now = fs::read(v.path("f")).unwrap();
+    let stale = now.iter().filter(|&&b| b == 0xEE).count();
+    v.umount();
+    assert!(
+        !(seen == 0 && stale > 0),
+        "the truncate answered {r:?} yet the file showed size {seen}; extended again it shows \
+         {stale} of its old bytes (0xEE) where zeros belong"
+    );
+}
+
+/// A collapse whose switch meets a failed store write that cannot be taken back: the file is
+/// switched in memory (`mutate_tx` answers Ok), then `shift_range`'s commit fails and the
+/// caller gets EIO — yet the file is collapsed, and stays so once the store is back. A caller
+/// that retries the failed collapse (as one does after EIO) cuts out a second row of data.
+#[cfg(feature = "failpoints")]
+#[test]
+fn shift_answered_eio_is_applied_all_the_same() {
+    let mut v = TestVolume::new(DEVICES as usize, "16K", "");
+    v.mount();
+    let mut rng = Rng::new(5);
+    let before = rng.bytes((8 * ROW) as usize);
+    fs::write(v.path("f"), &before).unwrap();
+    let f = open_rw(&v.path("f"));
+    f.sync_all().unwrap();
+    let mut buf = vec![0u8; before.len()];
+    f.read_exact_at(&mut buf, 0).unwrap(); // the kernel's page cache holds it now
+    let mut after = before.clone();
+    after.drain(2 * ROW as usize..3 * ROW as usize);
+
+    arm(&v, "namespace.reopen=return(eio)");
+    // The first store write of the collapse allocates the new object id; the second switches.
+    arm(&v, "namespace.store-write=1*off->1*return(eio)");
+    let r = shift(&v.path("f"), false, 2 * ROW, ROW);
+    arm(&v, "namespace.reopen=off");
+    arm(&v, "namespace.store-write=off");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let size = f.metadata().unwrap().len() as usize;
+    let mut now = vec![0u8; size];
+    f.read_exact_at(&mut now, 0).unwrap();
+    drop(f);
+    v.umount();
+    assert!(
+        now == before || now == after,
+        "the collapse answered {r:?}; the file is neither old nor new"
+    );
+    assert!(
+        r.is_ok() || now == before,
+        "the collapse answered {r:?}, yet the file is collapsed ({} bytes, was {})",
+        now.len(),
+        before.len()
+    );
+}
