@@ -548,3 +548,86 @@ fn shift_answered_eio_is_applied_all_the_same() {
         before.len()
     );
 }
+
+/// Aborts the FUSE connection of the mount at `mnt` (its device minor names it under
+/// /sys/fs/fuse/connections), so a hung test does not leave a hung mount.
+fn abort_connection(mnt: &Path) {
+    // From mountinfo, not stat(2): a stat of the hung mount would hang too.
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mnt = mnt.to_str().unwrap();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() > 4 && f[4] == mnt {
+            let minor = f[2].split(':').nth(1).unwrap();
+            let _ = fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+        }
+    }
+}
+
+/// With one FUSE thread (`-o threads=1`), a collapse of a file with dirty pages in the
+/// kernel deadlocks the mount: the only session thread, still inside the setxattr request,
+/// tells the kernel to drop the file's pages (`inval_inode`, fs.rs), the kernel first writes
+/// the dirty ones back (launder) and waits for that WRITE, which no thread is left to serve.
+/// Every later request on the mount hangs with it.
+#[test]
+fn shift_under_dirty_pages_deadlocks_a_single_session_thread() {
+    let mut v = TestVolume::new(DEVICES as usize, "16K", "");
+    v.mount_with(&["-o", "writeback_cache,threads=1"]);
+    fs::write(v.path("f"), vec![1u8; (8 * ROW) as usize]).unwrap();
+    File::open(v.path("f")).unwrap().sync_all().unwrap();
+    let f = open_rw(&v.path("f"));
+    f.write_all_at(&[2u8; 4096], 5 * ROW).unwrap(); // dirty in the page cache
+    let path = v.path("f");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(shift(&path, false, 2 * ROW, ROW));
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(20));
+    if done.is_err() {
+        abort_connection(&v.mnt);
+    }
+    drop(f);
+    assert!(
+        done.is_ok(),
+        "the collapse did not return within 20 s: the mount deadlocked (connection aborted)"
+    );
+    v.umount();
+}
+
+/// The same deadlock with the default thread count on 2 cores (`threads=2` made explicit):
+/// two collapses of two files with dirty pages, at once, put both session threads into
+/// `inval_inode`, each waiting for a WRITE that only the other could serve.
+#[test]
+fn two_concurrent_shifts_under_dirty_pages_deadlock_two_session_threads() {
+    let mut v = TestVolume::new(DEVICES as usize, "16K", "");
+    v.mount_with(&["-o", "writeback_cache,threads=2"]);
+    let mut open = Vec::new();
+    for name in ["a", "b"] {
+        fs::write(v.path(name), vec![1u8; (64 * ROW) as usize]).unwrap();
+        File::open(v.path(name)).unwrap().sync_all().unwrap();
+        let f = open_rw(&v.path(name));
+        f.write_all_at(&[2u8; 4096], 50 * ROW).unwrap(); // dirty in the page cache
+        open.push(f);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    for name in ["a", "b"] {
+        let (path, tx, barrier) = (v.path(name), tx.clone(), barrier.clone());
+        std::thread::spawn(move || {
+            barrier.wait();
+            let _ = tx.send(shift(&path, false, 2 * ROW, ROW));
+        });
+    }
+    let done = (0..2)
+        .map(|_| rx.recv_timeout(std::time::Duration::from_secs(30)))
+        .all(|r| r.is_ok());
+    if !done {
+        abort_connection(&v.mnt);
+    }
+    drop(open);
+    assert!(
+        done,
+        "two collapses did not return within 30 s: the mount deadlocked (connection aborted)"
+    );
+    v.umount();
+}
