@@ -631,3 +631,67 @@ fn two_concurrent_shifts_under_dirty_pages_deadlock_two_session_threads() {
     );
     v.umount();
 }
+
+/// SEEK_DATA under `-o writeback_cache`: data the kernel holds dirty (write(2) returned) is
+/// not on the daemon's side yet, and the daemon answers from the objects: the written range
+/// reads as a hole, so cp --sparse, rsync and backup tools that walk SEEK_DATA skip
+/// acknowledged data.
+#[test]
+fn seek_data_misses_data_dirty_in_the_kernel_page_cache() {
+    let mut v = TestVolume::new(2, "16K", "");
+    v.mount_with(&["-o", "writeback_cache"]);
+    let f = open_rw(&v.path("f"));
+    f.set_len(1 << 20).unwrap();
+    f.write_all_at(&[7u8; 8192], 512 << 10).unwrap();
+    let data = lseek(&f, 0, libc::SEEK_DATA);
+    drop(f);
+    v.umount();
+    assert_eq!(data, Some(512 << 10), "SEEK_DATA from 0 after a write at 512K");
+}
+
+/// st_blocks counts only what the objects hold: a file whose data is all in the daemon's
+/// write-back cache reports 0 blocks. GNU tar --sparse (and other tools) take st_blocks 0
+/// for a file of holes only and archive no data. ext4 counts delayed-allocation blocks in
+/// st_blocks for this reason.
+#[test]
+fn st_blocks_is_zero_for_data_held_in_the_write_back_cache() {
+    let mut v = TestVolume::new(
+        2,
+        "16K",
+        "[cache]\nstore = \"ram\"\nsize = \"4M\"\nline_size = \"16K\"\nmode = \"wb\"\n\
+         [cache.cleaner]\nstaleness = \"1h\"\n",
+    );
+    v.mount();
+    let data = vec![0x5Au8; 256 << 10];
+    fs::write(v.path("f"), &data).unwrap();
+    drop_caches();
+    let blocks = fs::metadata(v.path("f")).unwrap().blocks();
+    let archive = v.root.path().join("f.tar");
+    let ok = std::process::Command::new("tar")
+        .args(["--sparse", "-cf"])
+        .arg(&archive)
+        .arg("-C")
+        .arg(&v.mnt)
+        .arg("f")
+        .status()
+        .unwrap()
+        .success();
+    v.umount();
+    assert!(ok);
+    let out = v.root.path().join("out");
+    fs::create_dir(&out).unwrap();
+    std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&out)
+        .status()
+        .unwrap();
+    let restored = fs::read(out.join("f")).unwrap();
+    assert!(
+        blocks > 0 && restored == data,
+        "st_blocks {blocks} for 256K of data; tar --sparse restored {} bytes of which {} are data",
+        restored.len(),
+        restored.iter().filter(|&&b| b == 0x5A).count()
+    );
+}
