@@ -695,3 +695,29 @@ fn st_blocks_is_zero_for_data_held_in_the_write_back_cache() {
         restored.iter().filter(|&&b| b == 0x5A).count()
     );
 }
+
+/// `insert OFFSET LEN` with LEN near 2^64 (a whole number of rows, OFFSET + LEN not
+/// overflowing): `shift_range` computes the new size as `inode.size + len` unchecked. In
+/// the debug build the FUSE event-loop thread panics on the overflow (ranges.rs:178; fuser
+/// answers EIO and that session thread is gone for good — with `threads=1` the mount stops
+/// serving); in a release build the size
+/// wraps to a small number that passes `check_size`, and the rebuilt file is switched in
+/// with that size (on a device filesystem that takes offsets up to 2^63, such as XFS or
+/// tmpfs). Either way any user who may write one file can do it; the answer must be EFBIG.
+#[test]
+fn insert_of_a_huge_length_overflows_the_new_size() {
+    let mut v = TestVolume::new(DEVICES as usize, "16K", "[mount]\nallow_other = true\n");
+    v.mount();
+    fs::write(v.path("f"), vec![3u8; (8 * ROW) as usize]).unwrap();
+    let len = u64::MAX / ROW * ROW;
+    let r = shift(&v.path("f"), true, 0, len);
+    // The daemon still answers, and the file is as it was.
+    let alive = fs::read(v.path("f"));
+    let ok = matches!(&alive, Ok(b) if b.len() == (8 * ROW) as usize);
+    if !ok {
+        abort_connection(&v.mnt);
+    }
+    assert!(ok, "after insert {len}: {r:?}; the file now reads {:?}", alive.map(|b| b.len()));
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFBIG));
+    v.umount();
+}
