@@ -721,3 +721,28 @@ fn insert_of_a_huge_length_overflows_the_new_size() {
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFBIG));
     v.umount();
 }
+
+/// On a `dirsync` mount every namespace change must be durable when the call returns. A
+/// creation that meets a failed store write which cannot be taken back (the store cannot be
+/// reopened) still answers success (`mutate_tx`: "the change stands in memory") — durable
+/// nowhere. A crash then loses a file whose mkdir/creat/rename the caller was told was on
+/// disk.
+#[cfg(feature = "failpoints")]
+#[test]
+fn dirsync_acknowledges_a_creation_that_is_not_durable() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount_with(&["-o", "dirsync"]);
+    fs::create_dir(v.path("before")).unwrap();
+    arm(&v, "namespace.reopen=return(eio)");
+    arm(&v, "namespace.store-write=1*return(eio)");
+    let r = fs::create_dir(v.path("acknowledged"));
+    v.crash();
+    v.mount();
+    let there = v.path("acknowledged").exists();
+    assert!(v.path("before").exists());
+    v.umount();
+    assert!(
+        r.is_err() || there,
+        "mkdir on a dirsync mount answered {r:?}, and the directory is gone after a crash"
+    );
+}
