@@ -109,10 +109,14 @@ pub const REASONS_KEPT: usize = 1024;
 /// How long a refusal reason is kept.
 pub const REASON_LIFETIME: Duration = Duration::from_secs(60);
 
-/// The last refusal reason of each requesting thread.
-static REASONS: Mutex<BTreeMap<u32, (Instant, String)>> = Mutex::new(BTreeMap::new());
+/// Who asked: (uid, thread id). The uid too, so a thread id reused by another user's process
+/// (or 0, for every caller from another pid namespace) never hands it someone else's reason.
+type Asker = (u32, u32);
 
-fn note_reason(pid: u32, reason: String) {
+/// The last refusal reason of each requesting thread.
+static REASONS: Mutex<BTreeMap<Asker, (Instant, String)>> = Mutex::new(BTreeMap::new());
+
+fn note_reason(pid: Asker, reason: String) {
     let mut map = REASONS.lock();
     let now = Instant::now();
     map.retain(|_, (at, _)| now.duration_since(*at) < REASON_LIFETIME);
@@ -126,7 +130,7 @@ fn note_reason(pid: u32, reason: String) {
 
 /// The caller's last reason; forgotten once it is handed over whole (`room` bytes fit it), so
 /// a size query (`room` 0) leaves it for the read that follows.
-fn reason_for(pid: u32, room: usize) -> Result<Vec<u8>> {
+fn reason_for(pid: Asker, room: usize) -> Result<Vec<u8>> {
     let mut map = REASONS.lock();
     let fresh = map
         .get(&pid)
@@ -154,7 +158,10 @@ fn noted<T>(caller: &Caller, key: Key, r: Result<T>) -> Result<T> {
                 Error::Errno(n) => crate::error::Errno(*n).to_string(),
                 other => other.to_string(),
             };
-            note_reason(caller.pid, format!("{}: {reason}", name_of(key)));
+            note_reason(
+                (caller.uid, caller.pid),
+                format!("{}: {reason}", name_of(key)),
+            );
         }
     }
     r
@@ -163,7 +170,7 @@ fn noted<T>(caller: &Caller, key: Key, r: Result<T>) -> Result<T> {
 /// getxattr of a control key; `room` is the caller's buffer size (0 asks for the size).
 pub fn get_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, room: u32) -> Result<Vec<u8>> {
     match key {
-        Key::Error => reason_for(caller.pid, room as usize),
+        Key::Error => reason_for((caller.uid, caller.pid), room as usize),
         _ => noted(caller, key, get(engine, ino, key)),
     }
 }
@@ -690,22 +697,25 @@ mod tests {
     fn reasons_are_kept_per_caller_handed_over_once_and_bounded() {
         // Thread ids far from any real pid, so other tests do not meet them.
         let base = 3_000_000_000u32;
-        note_reason(base, "first".into());
-        note_reason(base + 1, "other".into());
+        note_reason((0, base), "first".into());
+        note_reason((0, base + 1), "other".into());
         // A size query leaves the reason; a read that fits takes it.
-        assert_eq!(reason_for(base, 0).unwrap(), b"first");
-        assert_eq!(reason_for(base, 64).unwrap(), b"first");
-        assert_eq!(reason_for(base, 64).unwrap_err().errno(), libc::ENODATA);
-        assert_eq!(reason_for(base + 1, 64).unwrap(), b"other");
+        assert_eq!(reason_for((0, base), 0).unwrap(), b"first");
+        assert_eq!(reason_for((0, base), 64).unwrap(), b"first");
+        assert_eq!(
+            reason_for((0, base), 64).unwrap_err().errno(),
+            libc::ENODATA
+        );
+        assert_eq!(reason_for((0, base + 1), 64).unwrap(), b"other");
         for i in 0..(REASONS_KEPT as u32 + 10) {
-            note_reason(base + 10 + i, format!("r{i}"));
+            note_reason((0, base + 10 + i), format!("r{i}"));
         }
         assert!(REASONS.lock().len() <= REASONS_KEPT);
         // The oldest went first; the newest is there.
-        assert!(reason_for(base + 10, 64).is_err());
+        assert!(reason_for((0, base + 10), 64).is_err());
         let last = REASONS_KEPT as u32 + 9;
         assert_eq!(
-            reason_for(base + 10 + last, 64).unwrap(),
+            reason_for((0, base + 10 + last), 64).unwrap(),
             format!("r{last}").as_bytes()
         );
     }

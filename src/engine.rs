@@ -25,6 +25,9 @@ pub struct Engine {
     io_locks: DashMap<u64, Arc<RwLock<()>>>,
     /// Runs what must not wait on a completion thread.
     janitor: Janitor,
+    /// Runs control operations that wait for the kernel (which needs the FUSE threads, and
+    /// may need the janitor, meanwhile): a collapse or insert and its page-cache invalidation.
+    admin: Janitor,
     /// Serialises commits so the doomed-object deletes of one never race another's.
     commit_lock: parking_lot::Mutex<()>,
     /// Files whose cut past a durable new size failed: anything that would show what lies
@@ -484,8 +487,10 @@ impl Engine {
             volume,
             ns,
             io_locks: DashMap::new(),
-            janitor: Janitor::start()
+            janitor: Janitor::start("stripefs-janitor")
                 .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
+            admin: Janitor::start("stripefs-admin")
+                .map_err(|e| Error::Usage(format!("cannot start the admin thread: {e}")))?,
             commit_lock: parking_lot::Mutex::new(()),
             pending_cuts: Default::default(),
             read_only: Default::default(),
@@ -738,19 +743,24 @@ impl Engine {
         self.finish_cut(&inode, &layout)?;
         let now = self.ns.setattr(ino, attrs)?;
         if size < inode.size {
-            self.commit()?;
+            // Pending from the moment the new size stands in memory: if it cannot be made
+            // durable now, whatever grows the file later makes it durable and cuts first, so
+            // the old bytes never show past the new end.
             self.pending_cuts.lock().insert(ino);
+            self.commit()?;
             faultpoint::fault_point!("engine.truncate-size-durable");
             self.finish_cut(&now, &layout)?;
         }
         Ok(now)
     }
 
-    /// Cuts the cache and the objects of a file whose cut is pending down to its size.
+    /// Cuts the cache and the objects of a file whose cut is pending down to its size, once
+    /// that size is durable (cut before, a crash would show the old size over zeros).
     fn finish_cut(&self, inode: &Inode, layout: &Layout) -> Result<()> {
         if !self.pending_cuts.lock().contains(&inode.ino) {
             return Ok(());
         }
+        self.commit()?;
         if let Some(c) = &self.caching {
             c.cache
                 .truncate(inode.object, inode.size)
@@ -869,6 +879,11 @@ impl Engine {
         }
         faultpoint::fault_point!("engine.fsync-data-synced");
         self.commit()
+    }
+
+    /// Runs `job` on the admin thread, off the FUSE threads and the janitor.
+    pub fn run_admin(&self, job: impl FnOnce() + Send + 'static) {
+        self.admin.run(job);
     }
 
     /// `fsync`, on the janitor (a completion must not block), then `done`.
@@ -1054,7 +1069,12 @@ impl Engine {
                 return Err(e);
             }
         };
-        self.commit()?;
+        if let Err(e) = self.commit() {
+            // The file has its new contents in memory; like any change not yet durable, the
+            // next durable point (fsync, unmount) reports the failure. An error here would
+            // invite a retry that shifts the file twice.
+            log::warn!("inode {}: rebuilt, not yet durable: {e}", inode.ino);
+        }
         Ok(out)
     }
 

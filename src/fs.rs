@@ -99,6 +99,27 @@ impl StripeFs {
         }
     }
 
+    /// A collapse or insert (`user.stripefs.shift`) moves the file's bytes behind the kernel's
+    /// back: its dirty pages (writeback cache, shared maps) are written back first, to the
+    /// offsets they were written at, and its cached pages and size are dropped after. The
+    /// kernel writes back through the FUSE threads, so this one must not wait on a FUSE
+    /// thread: it runs on the admin thread and replies from there.
+    fn shift(&self, req: &Request, ino: INodeNo, value: &[u8], reply: ReplyEmpty) {
+        let (engine, kernel) = (self.engine.clone(), self.kernel.clone());
+        let (caller, value) = (caller(req), value.to_vec());
+        self.engine.run_admin(move || {
+            let invalidate = || {
+                if let Some(k) = kernel.get() {
+                    let _ = k.inval_inode(ino, 0, -1);
+                }
+            };
+            invalidate();
+            let r = control::set_for(&engine, &caller, ino.0, control::Key::Shift, &value);
+            invalidate();
+            StripeFs::empty(reply, r);
+        });
+    }
+
     /// The umask a new node's mode is masked with here: the kernel's when it left it to us.
     fn umask(&self, umask: u32) -> u16 {
         if self.dont_mask {
@@ -655,17 +676,8 @@ impl Filesystem for StripeFs {
     ) {
         let name = name.as_bytes();
         let r = match control::key(name) {
-            Some(key) => {
-                let r = control::set_for(&self.engine, &caller(req), ino.0, key, value);
-                if r.is_ok() && key == control::Key::Shift {
-                    // The file's bytes moved: the kernel's cached pages and size are stale.
-                    // Told before the reply, so the caller reads the new file at once.
-                    if let Some(k) = self.kernel.get() {
-                        let _ = k.inval_inode(ino, 0, -1);
-                    }
-                }
-                r
-            }
+            Some(control::Key::Shift) => return self.shift(req, ino, value, reply),
+            Some(key) => control::set_for(&self.engine, &caller(req), ino.0, key, value),
             None if acl::is_acl(name) => self.set_acl(req, ino.0, name, Some(value)),
             None => self.engine.ns.setxattr(ino.0, name, value, flags),
         };

@@ -10,10 +10,11 @@ pub struct Janitor {
 }
 
 impl Janitor {
-    pub fn start() -> std::io::Result<Janitor> {
+    /// A janitor thread called `name`.
+    pub fn start(name: &str) -> std::io::Result<Janitor> {
         let (tx, rx) = channel::<Job>();
         std::thread::Builder::new()
-            .name("stripefs-janitor".into())
+            .name(name.into())
             .spawn(move || {
                 for job in rx {
                     job();

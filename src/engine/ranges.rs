@@ -12,17 +12,27 @@ use stripe::{Layout, Seek};
 const COPY_MAX: u64 = 128 << 20;
 
 impl Engine {
-    /// What a file's objects take on the devices (st_blocks * 512). Lines held only by a
-    /// write-back cache are not counted until they are written back.
+    /// What a file takes (st_blocks * 512): its objects on the devices, and what only a
+    /// write-back cache holds of it yet (so `tar --sparse` and `du` never see data as holes).
     pub fn allocated(&self, inode: &Inode) -> u64 {
-        match inode.kind {
-            Kind::File if inode.size > 0 => self.volume.allocated_bytes(inode.object),
-            _ => 0,
+        if inode.kind != Kind::File || inode.size == 0 {
+            return 0;
         }
+        let cached = self
+            .caching
+            .as_ref()
+            .map_or(0, |c| c.cache.dirty_bytes(inode.object));
+        self.volume.allocated_bytes(inode.object) + cached
     }
 
     /// lseek(2) SEEK_DATA / SEEK_HOLE (the kernel answers the other whences itself).
     pub fn seek(&self, ino: u64, offset: i64, whence: i32) -> Result<i64> {
+        if self.config.mount.writeback_cache {
+            // The kernel holds written data the daemon has not seen and does not write it
+            // back before asking: ENOSYS makes it answer lseek itself from then on, with
+            // the whole file as data, which is never wrong.
+            return errno(libc::ENOSYS);
+        }
         let which = match whence {
             libc::SEEK_DATA => Seek::Data,
             libc::SEEK_HOLE => Seek::Hole,
@@ -181,7 +191,10 @@ impl Engine {
         // As ext4: a collapse must end before the end of file, an insert start before it.
         let size = match insert {
             false if end < inode.size => inode.size - len,
-            true if offset < inode.size => inode.size + len,
+            true if offset < inode.size => inode
+                .size
+                .checked_add(len)
+                .ok_or(Error::Errno(libc::EFBIG))?,
             _ => return errno(libc::EINVAL),
         };
         self.check_size(&layout, size)?;

@@ -210,6 +210,8 @@ struct State {
     /// Which ACLs an inode has (`HAS_ACCESS`, `HAS_DEFAULT`); the ACLs are in the store.
     acls: HashMap<u64, u8>,
     next_ino: u64,
+    /// Numbers below this are durably reserved: handed out only below it.
+    ino_reserved: u64,
     /// Open handles per inode: an unlinked inode lives on until its last close.
     open: HashMap<u64, u32>,
     /// Inodes changed in memory only (by writes), written with the next transaction.
@@ -560,6 +562,7 @@ impl Namespace {
     ) -> Result<Inode> {
         check_name(name)?;
         self.room_to_grow()?;
+        self.reserve_numbers()?;
         self.mutate_tx(|st, ch, tx| {
             let file_layout = st.inherited_layout(parent, default_layout);
             let p = st.dir(parent)?;
@@ -741,6 +744,7 @@ impl Namespace {
                 return errno(libc::EINVAL);
             }
             self.room_to_grow()?;
+            self.reserve_numbers()?;
         }
         self.mutate(|st, ch| {
             st.dir(parent)?;
@@ -1033,6 +1037,7 @@ impl Namespace {
 
     /// A fresh object id for a migration's copy.
     pub fn new_object_id(&self) -> Result<u64> {
+        self.reserve_numbers()?;
         self.mutate(|st, _| Ok(st.alloc_ino()))
     }
 

@@ -8,6 +8,9 @@ use super::*;
 /// Xattr values waiting for the next durable commit past this make it now: they are kept in
 /// memory until then, for a store that has to be written again after a failed write.
 const UNSYNCED_MAX: usize = 4 << 20;
+/// Inode numbers reserved durably at a time, and how close to the end a new block is taken.
+const NUMBERS_BLOCK: u64 = 4096;
+const NUMBERS_SLACK: u64 = 256;
 /// How often a store that could not be written again is tried.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -112,6 +115,16 @@ pub(super) fn load(db: &impl ReadableDatabase) -> Result<(Uuid, State)> {
         .try_into()
         .map_err(|_| Error::Store("bad inode counter in the namespace".into()))?;
     st.next_ino = u64::from_le_bytes(next);
+    // Numbers up to the reservation may have been handed out by a session that crashed
+    // before its creations were durable: they are never handed out again.
+    if let Some(r) = meta.get("ino_reserved")? {
+        let r: [u8; 8] = r
+            .value()
+            .try_into()
+            .map_err(|_| Error::Store("bad inode reservation in the namespace".into()))?;
+        st.next_ino = st.next_ino.max(u64::from_le_bytes(r));
+    }
+    st.ino_reserved = st.next_ino;
     for row in tx.open_table(INODES)?.iter()? {
         let (k, v) = row?;
         let inode = decode(v.value()).map_err(|e| match e {
@@ -342,10 +355,11 @@ impl Namespace {
             // cannot be brought back, the change stands in memory like any change not yet
             // durable, and the next durable point (fsync, unmount) reports the failure, as
             // a write that fails in the page cache is reported by fsync.
-            (Err(e), Some(out)) => {
-                let _ = self.recover(&mut st, e);
-                Ok(out)
-            }
+            // Under `sync`/`dirsync` every change is acknowledged durable: not this one.
+            (Err(e), Some(out)) => match self.recover(&mut st, e) {
+                Err(e) if self.policy.read().durable_changes => Err(e),
+                _ => Ok(out),
+            },
             (Err(e), None) => Err(e),
             (Ok(()), None) => unreachable!("a written operation has its result"),
         }
@@ -421,6 +435,25 @@ impl Namespace {
         if !self.reserve.allows_growth() {
             log::debug!("the namespace's reserve waits for room");
         }
+    }
+
+    /// Inode and object numbers are reserved durably, a block at a time, before any is handed
+    /// out: a creation lost in a crash never has its number given to another file, which a
+    /// file handle (NFS, open_by_handle_at) naming the lost one would then open.
+    pub(super) fn reserve_numbers(&self) -> Result<()> {
+        let (next, reserved) = {
+            let st = self.state.read();
+            (st.next_ino, st.ino_reserved)
+        };
+        // Room for the creations that may run between this check and their allocation.
+        if next + NUMBERS_SLACK < reserved {
+            return Ok(());
+        }
+        let upto = next + NUMBERS_BLOCK;
+        self.set_meta_durably("ino_reserved", &upto.to_le_bytes())?;
+        let mut st = self.state.write();
+        st.ino_reserved = st.ino_reserved.max(upto);
+        Ok(())
     }
 
     /// New names and xattrs need room beyond the reserve: ENOSPC once it is spent and the

@@ -116,15 +116,30 @@ impl Namespace {
         }
         let tx = self.db.read().begin_read()?;
         let table = tx.open_table(XATTRS)?;
-        let mut names = Vec::new();
+        let mut names = BTreeSet::new();
         for row in table.range((ino, &b""[..])..(ino + 1, &b""[..]))? {
             let (k, _) = row?;
-            let (_, name) = k.value();
-            if !name.starts_with(INTERNAL) {
-                names.push(name.to_vec());
+            names.insert(k.value().1.to_vec());
+        }
+        if st.failed.is_some() {
+            // The store is back at its last durable commit until it can be written again:
+            // what changed since is in `unsynced`.
+            for ((i, name), value) in st
+                .unsynced
+                .xattrs
+                .range((ino, Vec::new())..(ino + 1, Vec::new()))
+            {
+                debug_assert_eq!(*i, ino);
+                match value {
+                    Some(_) => names.insert(name.clone()),
+                    None => names.remove(name),
+                };
             }
         }
-        Ok(names)
+        Ok(names
+            .into_iter()
+            .filter(|n| !n.starts_with(INTERNAL))
+            .collect())
     }
 
     /// Bytes of xattr names and values `ino` holds (without stripefs's own settings).

@@ -8,6 +8,20 @@ use std::io;
 use std::time::Instant;
 
 impl Cache {
+    /// Bytes of `object` that only this cache holds (dirty sectors): a file's st_blocks
+    /// counts them, as ext4 counts blocks of delayed allocation.
+    pub fn dirty_bytes(&self, object: u64) -> u64 {
+        let g = self.inner.lock();
+        let Some(lines) = g.objects.get(&object) else {
+            return 0;
+        };
+        lines
+            .iter()
+            .filter_map(|&line| g.index.get(&(object, line)))
+            .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
+            .sum()
+    }
+
     /// A file shrank to `size`: lines past it go, the tail of the last one reads as zeros.
     pub fn truncate(&self, object: u64, size: u64) -> io::Result<()> {
         let lines: Vec<u64> = {

@@ -1,4 +1,6 @@
-//! Review tests: each fails on the code as reviewed and names the defect it shows.
+//! Defects a hostile review of collapse/insert, the namespace store's recovery, the control
+//! channel, file handles, st_blocks and lseek found: each test failed before its fix and is
+//! named for the defect it pins.
 
 mod common;
 
@@ -170,7 +172,12 @@ fn name_to_handle(path: &Path) -> Handle {
             0,
         )
     };
-    assert_eq!(r, 0, "name_to_handle_at: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "name_to_handle_at: {}",
+        std::io::Error::last_os_error()
+    );
     h
 }
 
@@ -235,6 +242,7 @@ fn file_handle_of_a_file_lost_in_a_crash_opens_the_file_that_reuses_its_number()
     v.umount();
 }
 
+#[cfg(feature = "failpoints")]
 fn list_xattrs(path: &Path) -> Vec<String> {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     let mut buf = vec![0u8; 64 << 10];
@@ -248,6 +256,7 @@ fn list_xattrs(path: &Path) -> Vec<String> {
         .collect()
 }
 
+#[cfg(feature = "failpoints")]
 fn arm(v: &TestVolume, point: &str) {
     setxattr(&v.mnt, "user.stripefs.failpoint", point.as_bytes()).unwrap();
 }
@@ -305,7 +314,13 @@ fn another_user_reads_roots_refusal_reason_through_a_reused_pid() {
         assert!(!child.wait().unwrap().success());
         // The next fork gets root's pid (as a wrap-around of the pid space would).
         fs::write("/proc/sys/kernel/ns_last_pid", (root_pid - 1).to_string()).unwrap();
-        let out = as_tests(&["getfattr", "--only-values", "-n", "user.stripefs.error", fs_]);
+        let out = as_tests(&[
+            "getfattr",
+            "--only-values",
+            "-n",
+            "user.stripefs.error",
+            fs_,
+        ]);
         if out.status.success() {
             leaked = Some(String::from_utf8_lossy(&out.stdout).into_owned());
             break;
@@ -497,7 +512,7 @@ fn two_concurrent_shifts_under_dirty_pages_deadlock_two_session_threads() {
 /// reads as a hole, so cp --sparse, rsync and backup tools that walk SEEK_DATA skip
 /// acknowledged data.
 #[test]
-fn seek_data_misses_data_dirty_in_the_kernel_page_cache() {
+fn seek_data_never_skips_data_dirty_in_the_kernel_page_cache() {
     let mut v = TestVolume::new(2, "16K", "");
     v.mount_with(&["-o", "writeback_cache"]);
     let f = open_rw(&v.path("f"));
@@ -506,7 +521,11 @@ fn seek_data_misses_data_dirty_in_the_kernel_page_cache() {
     let data = lseek(&f, 0, libc::SEEK_DATA);
     drop(f);
     v.umount();
-    assert_eq!(data, Some(512 << 10), "SEEK_DATA from 0 after a write at 512K");
+    // The kernel answers itself now (the whole file as data): never past the written range.
+    assert!(
+        data.is_some_and(|d| d <= 512 << 10),
+        "SEEK_DATA from 0 after a write at 512K skipped it: {data:?}"
+    );
 }
 
 /// st_blocks counts only what the objects hold: a file whose data is all in the daemon's
@@ -577,7 +596,11 @@ fn insert_of_a_huge_length_overflows_the_new_size() {
     if !ok {
         abort_connection(&v.mnt);
     }
-    assert!(ok, "after insert {len}: {r:?}; the file now reads {:?}", alive.map(|b| b.len()));
+    assert!(
+        ok,
+        "after insert {len}: {r:?}; the file now reads {:?}",
+        alive.map(|b| b.len())
+    );
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFBIG));
     v.umount();
 }
@@ -606,4 +629,3 @@ fn dirsync_acknowledges_a_creation_that_is_not_durable() {
         "mkdir on a dirsync mount answered {r:?}, and the directory is gone after a crash"
     );
 }
-
