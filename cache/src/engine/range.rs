@@ -5,7 +5,6 @@ use super::request::{mask, runs, Part};
 use super::Cache;
 use crate::{DEFAULT_CLASS, SECTOR};
 use std::io;
-use std::time::Instant;
 
 impl Cache {
     /// A file shrank to `size`: lines past it go, the tail of the last one reads as zeros.
@@ -54,7 +53,7 @@ impl Cache {
                 sl.valid &= !cut;
             }
             let dirty = g.slots[s as usize].dirty & !cut;
-            g.set_dirty(s, dirty, Instant::now());
+            g.set_dirty(s, dirty, self.now());
             let emptied = g.slots[s as usize].valid == 0;
             if emptied {
                 g.detach(s);
@@ -150,7 +149,7 @@ impl Cache {
             }
         }
         let mut g = self.inner.lock();
-        let now = Instant::now();
+        let now = self.now();
         for p in &parts {
             let Some(s) = p.slot else { continue };
             let gone = match (&punched, &r) {
