@@ -8,6 +8,7 @@
 
 mod classes;
 pub mod classifier;
+pub mod cleaner;
 mod folders;
 
 use crate::error::{errno, Error, Result};
