@@ -15,6 +15,7 @@
 //! | classes   | mount root  | IO classes, JSON      | root or the mounter: `add name=N [directory=/vm] [extension=img,qcow2] [min_size=1G] [max_size=4G] [direction=read\|write] [mode=wb] [priority=0] [allocation=1] [min_allocation=0] [pinned=0]` (a class of that name is replaced), `rm NAME` | - |
 //! | flush     | mount root  | -                     | write every dirty line back  | -               |
 //! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
+//! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
 //! | error     | any         | the reason of the caller's last refused control request (`user.stripefs.KEY: reason`), then forgotten; ENODATA if none | read-only | - |
@@ -56,6 +57,7 @@ pub enum Key {
     Classes,
     Flush,
     Mode,
+    Cleaner,
     Failpoint,
     Control,
     Error,
@@ -76,6 +78,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("classes", Key::Classes),
     ("flush", Key::Flush),
     ("mode", Key::Mode),
+    ("cleaner", Key::Cleaner),
     ("failpoint", Key::Failpoint),
     ("control", Key::Control),
     ("error", Key::Error),
@@ -267,6 +270,7 @@ fn no_such_key<T>(key: Key) -> Result<T> {
         | Key::Classes
         | Key::Flush
         | Key::Mode
+        | Key::Cleaner
         | Key::Failpoint => refuse(
             libc::ENODATA,
             format!("{} is on the mount's root directory only", name_of(key)),
@@ -302,6 +306,10 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
             .name()
             .as_bytes()
             .to_vec()),
+        Key::Cleaner if ino == ROOT => Ok(crate::caching::cleaner::format(
+            &caching(engine)?.cache.policy().cleaner,
+        )
+        .into_bytes()),
         Key::Control => {
             Ok(format!("stripefs protocol={PROTOCOL} pid={}", std::process::id()).into_bytes())
         }
@@ -315,6 +323,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         | Key::Targets
         | Key::Classes
         | Key::Mode
+        | Key::Cleaner
         | Key::Error
         | Key::Unknown => no_such_key(key),
     }
@@ -503,6 +512,20 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             })?;
             c.set_default_mode(mode)
         }
+        Key::Cleaner if ino == ROOT => {
+            volume_admin(uid, "change the cleaner")?;
+            let c = caching(engine)?;
+            let spec = text(value)?;
+            let now = c.cache.policy().cleaner;
+            let new = crate::caching::cleaner::parse(spec, &now)
+                .or_else(|why| refuse(libc::EINVAL, format!("cleaner: {why}")))?;
+            log::info!(
+                "uid {uid} set the cleaner: {}",
+                crate::caching::cleaner::format(&new)
+            );
+            c.cache.set_cleaner(new);
+            Ok(())
+        }
         Key::Failpoint if ino == ROOT && uid == 0 => {
             let spec = text(value)?;
             let (name, actions) = spec.split_once('=').ok_or_else(|| {
@@ -544,7 +567,9 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
         | Key::Targets
         | Key::Control
         | Key::Error => read_only(key),
-        Key::Flush | Key::Mode | Key::Failpoint | Key::Classes | Key::Unknown => no_such_key(key),
+        Key::Flush | Key::Mode | Key::Cleaner | Key::Failpoint | Key::Classes | Key::Unknown => {
+            no_such_key(key)
+        }
     }
 }
 
@@ -617,6 +642,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Targets
         | Key::Classes
         | Key::Mode
+        | Key::Cleaner
         | Key::Control
         | Key::Error => read_only(key),
         Key::Migrate | Key::Shift | Key::Flush | Key::Failpoint | Key::Unknown => no_such_key(key),

@@ -410,3 +410,84 @@ fn a_punched_hole_leaves_only_its_range_of_the_cache_and_survives_a_crash() {
         "after a clean remount"
     );
 }
+
+/// The cleaning policy from the config, shown by `stats` and `stripefs cleaner`, changed live:
+/// nop keeps the dirty lines; switched to alru with no staleness they are written back by the
+/// cleaner itself (no flush), the next pass at once while there is work, although wake_up is
+/// an hour. Bad settings and other users are refused with the daemon's reason.
+#[test]
+fn the_cleaner_is_chosen_in_the_config_and_changed_live() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[mount]\ndirect_io = \"always\"\n[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wb\"\nerror_threshold = 7\n[cache.cleaner]\npolicy = \"nop\"\n",
+    );
+    v.mount();
+    let data = Rng::new(5).bytes(1 << 20);
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(v.path("f"))
+        .unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    let s = stats(&v);
+    assert!(s["cleaner"].as_str().unwrap().starts_with("nop"), "{s}");
+    assert_eq!(s["dirty_lines"], 16, "{s}");
+    assert_eq!(s["error_threshold"], 7);
+    for k in [
+        "cache_read_errors",
+        "cache_write_errors",
+        "core_read_errors",
+        "core_write_errors",
+    ] {
+        assert_eq!(s["counters"][k], 0, "{k}");
+    }
+    let out = stripefs_ok(&["cleaner", v.mnt_str()]);
+    assert!(out.contains("policy") && out.contains("nop"), "{out}");
+    let human = stripefs_ok(&["stats", v.mnt_str()]);
+    assert!(human.contains("policy nop"), "{human}");
+
+    let bad = stripefs(&["cleaner", v.mnt_str(), "--policy", "lazy"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("must be alru, acp or nop"),
+        "{bad:?}"
+    );
+    let other = as_tests(&[BIN, "cleaner", v.mnt_str(), "--max-mbps", "1"]);
+    assert!(!other.status.success(), "{other:?}");
+    assert!(stats(&v)["cleaner"].as_str().unwrap().starts_with("nop"));
+
+    let out = stripefs_ok(&[
+        "cleaner",
+        v.mnt_str(),
+        "--policy",
+        "alru",
+        "--staleness",
+        "0s",
+        "--wake-up",
+        "1h",
+        "--flush-max-buffers",
+        "2",
+    ]);
+    assert!(out.contains("(changed)") && out.contains("alru"), "{out}");
+    assert!(
+        out.contains("flush_max_buffers") && out.contains("3600s"),
+        "{out}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while stats(&v)["dirty_lines"] != 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", stats(&v));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = stats(&v);
+    assert!(s["cleaned_lines"].as_u64().unwrap() >= 16, "{s}");
+    assert!(
+        s["cleaner_passes"].as_u64().unwrap() >= 8,
+        "2 lines a pass: {s}"
+    );
+    let mut back = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(back, data);
+}

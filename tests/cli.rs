@@ -429,6 +429,7 @@ const COMMANDS: &[&[&str]] = &[
     &["stats"],
     &["flush"],
     &["mode"],
+    &["cleaner"],
     &["bench"],
     &["bench", "sweep"],
     &["bench", "compare"],

@@ -7,17 +7,20 @@
 
 mod attach;
 mod cleaning;
+mod clock;
 mod engine;
 mod eviction;
 mod metadata;
 mod mode;
 mod promotion;
+mod seq_cutoff;
 mod stats;
 mod store;
 
 pub use attach::{cache_file, inspect, Inspection};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, StoreKind};
-pub use mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
+pub use mode::{ClassConfig, Cleaner, CleaningPolicy, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
 
 use std::io;

@@ -18,7 +18,8 @@ pub(crate) struct Slot {
     pub(crate) valid: u64,
     pub(crate) dirty: u64,
     pub(crate) class: ClassId,
-    pub(crate) dirty_since: Option<Instant>,
+    /// The last write that left the line dirty (alru's staleness runs from it).
+    pub(crate) last_write: Option<Instant>,
     pub(crate) busy: bool,
     /// The durable record of this slot says dirty: it must be rewritten before reuse.
     pub(crate) disk_dirty: bool,
@@ -57,8 +58,15 @@ pub(crate) struct Inner {
     pub(crate) classes: Vec<Option<Class>>,
     pub(crate) links: Links,
     pub(crate) dirty_lines: usize,
-    /// Per object: where the last request ended and how long the sequential run is.
-    pub(crate) streams: HashMap<u64, (u64, u64)>,
+    /// The sequential streams seen lately (sequential cutoff).
+    pub(crate) streams: crate::seq_cutoff::Streams,
+    /// When the last read or write came (alru's activity threshold).
+    pub(crate) last_io: Option<Instant>,
+    /// Lines per ACP chunk (100 MiB of an object), and dirty lines per (object, chunk).
+    pub(crate) chunk_lines: u64,
+    pub(crate) dirty_chunks: HashMap<(u64, u64), u32>,
+    /// Requests that met a cache device error (toward `policy.error_threshold`).
+    pub(crate) error_requests: u64,
     /// Whether a missed line may be inserted now.
     pub(crate) promotion: Box<dyn PromotionPolicy>,
     pub(crate) policy: Policy,
@@ -110,7 +118,7 @@ impl Inner {
         sl.valid = 0;
         sl.dirty = 0;
         sl.class = class;
-        sl.dirty_since = None;
+        sl.last_write = None;
         self.index.insert(key, s);
         self.objects.entry(key.0).or_default().insert(key.1);
         self.links
@@ -134,24 +142,49 @@ impl Inner {
             .remove(list_of(&mut self.classes, class, dirty), s);
         if dirty {
             self.dirty_lines -= 1;
+            self.count_chunk(key, false);
         }
         let sl = &mut self.slots[s as usize];
         sl.key = None;
         sl.valid = 0;
         sl.dirty = 0;
-        sl.dirty_since = None;
+        sl.last_write = None;
     }
 
-    /// Recently used, and by the class of its latest caller.
-    pub(crate) fn touch(&mut self, s: u32, class: ClassId) {
+    /// Recently used, and by the class of its latest caller. A dirty line moves to the head
+    /// of its list only for a write (`write`): its list is in order of last write.
+    pub(crate) fn touch(&mut self, s: u32, class: ClassId, write: bool) {
         let class = self.live_class(class);
         if self.slots[s as usize].class != class {
             self.move_class(s, class);
         }
         let dirty = self.slots[s as usize].dirty != 0;
+        if dirty && !write {
+            return;
+        }
         let list = list_of(&mut self.classes, class, dirty);
         self.links.remove(list, s);
         self.links.push_front(list, s);
+    }
+
+    /// A write made the (dirty) line recent: it goes to the head of its dirty list, which is
+    /// kept in order of last write (OCF's ALRU list); reads do not reorder dirty lines.
+    pub(crate) fn written(&mut self, s: u32, now: Instant) {
+        if self.slots[s as usize].dirty != 0 {
+            self.slots[s as usize].last_write = Some(now);
+        }
+    }
+
+    fn count_chunk(&mut self, key: (u64, u64), dirty: bool) {
+        let chunk = (key.0, key.1 / self.chunk_lines.max(1));
+        if dirty {
+            *self.dirty_chunks.entry(chunk).or_insert(0) += 1;
+        } else if let Some(n) = self.dirty_chunks.get_mut(&chunk) {
+            *n -= 1;
+            if *n == 0 {
+                self.dirty_chunks.remove(&chunk);
+            }
+        }
     }
 
     pub(crate) fn move_class(&mut self, s: u32, to: ClassId) {
@@ -176,9 +209,9 @@ impl Inner {
             let sl = &mut self.slots[s as usize];
             sl.dirty = dirty;
             if is && !was {
-                sl.dirty_since = Some(now);
+                sl.last_write = Some(now);
             } else if !is {
-                sl.dirty_since = None;
+                sl.last_write = None;
             }
         }
         if is != was {
@@ -189,6 +222,9 @@ impl Inner {
                 self.dirty_lines += 1;
             } else {
                 self.dirty_lines -= 1;
+            }
+            if let Some(key) = self.slots[s as usize].key {
+                self.count_chunk(key, is);
             }
         }
     }

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use std::fmt;
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -166,27 +167,155 @@ pub enum SeqCutoff {
     Never,
 }
 
+/// Open CAS's promotion policies: whether a missed line is inserted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Promotion {
     Always,
-    /// Insert a line after it was missed this many times.
-    Nhit(u32),
+    /// Insert a request's lines once each was missed `insertion_threshold` times; below
+    /// `trigger_threshold` percent occupancy every miss inserts (OCF's nhit).
+    Nhit {
+        insertion_threshold: u32,
+        trigger_threshold: u8,
+    },
+}
+
+impl Promotion {
+    /// nhit with OCF's defaults (3 misses, from 80 % occupancy).
+    pub fn nhit(insertion_threshold: u32) -> Promotion {
+        Promotion::Nhit {
+            insertion_threshold,
+            trigger_threshold: 80,
+        }
+    }
+}
+
+/// Open CAS's cleaning policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CleaningPolicy {
+    /// Approximately LRU: stale dirty lines, oldest write first.
+    Alru,
+    /// Aggressive: the core region (100 MiB chunk) with the most dirty lines, in address
+    /// order, every `wake_up`.
+    Acp,
+    /// Never: dirty lines leave by flush, mode change or unmount only.
+    Nop,
+}
+
+impl CleaningPolicy {
+    pub fn parse(s: &str) -> Option<CleaningPolicy> {
+        Some(match s {
+            "alru" => CleaningPolicy::Alru,
+            "acp" => CleaningPolicy::Acp,
+            "nop" => CleaningPolicy::Nop,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CleaningPolicy::Alru => "alru",
+            CleaningPolicy::Acp => "acp",
+            CleaningPolicy::Nop => "nop",
+        }
+    }
+}
+
+/// The cleaner's settings (OCF's cleaning parameters); the keys of `[cache.cleaner]`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cleaner {
+    pub policy: CleaningPolicy,
+    /// alru: the sleep after a pass that found nothing to clean (a productive pass runs the
+    /// next at once); acp: the time between passes.
+    pub wake_up: Duration,
+    /// alru: a dirty line whose last write is older than this is written back.
+    pub staleness: Duration,
+    /// Lines written back per pass.
+    pub flush_max_buffers: usize,
+    /// alru: no cleaning while a request came within this (0: clean under load).
+    pub activity_threshold: Duration,
+    /// alru: percent of the cache dirty above which lines are cleaned whatever their age
+    /// (100: never).
+    pub dirty_ratio_threshold: u8,
+    /// alru: once over the threshold, cleaning goes on down to threshold minus this (bytes).
+    pub dirty_ratio_inertia: u64,
+    /// Write-back bandwidth limit of the cleaner in MB/s (10^6 bytes), 0: none.
+    pub max_mbps: u64,
+}
+
+impl Cleaner {
+    /// alru, as stripefs always cleaned: under load too.
+    pub fn alru() -> Cleaner {
+        Cleaner {
+            policy: CleaningPolicy::Alru,
+            wake_up: Duration::from_secs(1),
+            staleness: Duration::from_secs(30),
+            flush_max_buffers: 128,
+            activity_threshold: Duration::ZERO,
+            dirty_ratio_threshold: 80,
+            dirty_ratio_inertia: 128 << 20,
+            max_mbps: 0,
+        }
+    }
+
+    /// acp with OCF's defaults: 128 lines every 10 ms.
+    pub fn acp() -> Cleaner {
+        Cleaner {
+            policy: CleaningPolicy::Acp,
+            wake_up: Duration::from_millis(10),
+            ..Cleaner::alru()
+        }
+    }
+
+    /// One line for `stats` and `stripefs cleaner`.
+    pub fn summary(&self) -> String {
+        let limit = if self.max_mbps == 0 {
+            String::new()
+        } else {
+            format!(", max {} MB/s", self.max_mbps)
+        };
+        match self.policy {
+            CleaningPolicy::Alru => format!(
+                "alru: wake_up {:?}, staleness {:?}, {} lines/pass, activity threshold {:?}, \
+                 dirty ratio {}% (inertia {} MiB){limit}",
+                self.wake_up,
+                self.staleness,
+                self.flush_max_buffers,
+                self.activity_threshold,
+                self.dirty_ratio_threshold,
+                self.dirty_ratio_inertia >> 20
+            ),
+            CleaningPolicy::Acp => format!(
+                "acp: wake_up {:?}, {} lines/pass{limit}",
+                self.wake_up, self.flush_max_buffers
+            ),
+            CleaningPolicy::Nop => "nop: never cleans (flush, mode change, unmount)".into(),
+        }
+    }
+}
+
+impl Default for Cleaner {
+    fn default() -> Cleaner {
+        Cleaner::alru()
+    }
 }
 
 /// Settings of the whole cache.
 #[derive(Clone, Debug, Serialize)]
 pub struct Policy {
     pub seq_cutoff: SeqCutoff,
+    /// A stream is cut once its bytes with the request's reach this.
     pub seq_threshold: u64,
+    /// A stream is cut only once this many requests were seen in it (OCF: 8).
+    pub seq_promotion_count: u32,
+    /// ... or once it has this many bytes (0: by count only).
+    pub seq_promotion_threshold: u64,
     pub promotion: Promotion,
-    /// A dirty line older than this is written back.
-    pub staleness: std::time::Duration,
-    pub wake_up: std::time::Duration,
-    /// Lines per cleaning pass.
-    pub batch: usize,
-    /// Above this share of dirty lines, clean regardless of staleness.
-    pub dirty_high: f64,
+    pub cleaner: Cleaner,
+    /// Requests that met a cache device error before the cache goes pass-through for good
+    /// (OCF's fallback_pt_error_threshold); 0: never, each such request is served by the core.
+    pub error_threshold: u64,
 }
 
 impl Default for Policy {
@@ -194,11 +323,11 @@ impl Default for Policy {
         Policy {
             seq_cutoff: SeqCutoff::Full,
             seq_threshold: 1 << 20,
+            seq_promotion_count: 8,
+            seq_promotion_threshold: 0,
             promotion: Promotion::Always,
-            staleness: std::time::Duration::from_secs(30),
-            wake_up: std::time::Duration::from_secs(1),
-            batch: 128,
-            dirty_high: 0.8,
+            cleaner: Cleaner::default(),
+            error_threshold: 1000,
         }
     }
 }

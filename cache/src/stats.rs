@@ -21,11 +21,34 @@ pub struct Counters {
     /// Bytes callers read and wrote.
     pub caller_read_bytes: u64,
     pub caller_write_bytes: u64,
+    /// I/O errors: totals, and by device and direction.
     pub core_errors: u64,
     pub cache_errors: u64,
+    pub core_read_errors: u64,
+    pub core_write_errors: u64,
+    pub cache_read_errors: u64,
+    pub cache_write_errors: u64,
 }
 
 impl Counters {
+    pub(crate) fn cache_error(&mut self, write: bool) {
+        self.cache_errors += 1;
+        if write {
+            self.cache_write_errors += 1;
+        } else {
+            self.cache_read_errors += 1;
+        }
+    }
+
+    pub(crate) fn core_error(&mut self, write: bool) {
+        self.core_errors += 1;
+        if write {
+            self.core_write_errors += 1;
+        } else {
+            self.core_read_errors += 1;
+        }
+    }
+
     pub(crate) fn add(&mut self, o: &Counters) {
         macro_rules! sum {
             ($($f:ident),*) => { $( self.$f += o.$f; )* };
@@ -46,7 +69,11 @@ impl Counters {
             caller_read_bytes,
             caller_write_bytes,
             core_errors,
-            cache_errors
+            cache_errors,
+            core_read_errors,
+            core_write_errors,
+            cache_read_errors,
+            cache_write_errors
         );
     }
 }
@@ -86,5 +113,11 @@ pub struct CacheStats {
     pub cleaner_passes: u64,
     pub cleaned_lines: u64,
     pub cleaner_errors: u64,
+    /// The cleaning policy and its settings, in one line.
+    pub cleaner: String,
+    /// Requests that met a cache device error, and how many make the cache pass-through for
+    /// good (0: never).
+    pub error_requests: u64,
+    pub error_threshold: u64,
     pub classes: Vec<ClassStats>,
 }

@@ -88,15 +88,31 @@ pub struct CacheSection {
     pub default_all: bool,
     /// Eviction priority of the files outside every target (0 is kept longest).
     pub default_priority: u8,
+    /// `[cache.cleaner]`: "alru", "acp" or "nop", and its settings.
+    pub cleaner_policy: String,
+    /// None: the policy's default (alru 1 s, acp 10 ms).
+    pub wake_up: Option<Duration>,
     pub staleness: Duration,
-    pub wake_up: Duration,
-    pub batch: usize,
-    pub dirty_high: f64,
+    /// Lines per cleaning pass.
+    pub flush_max_buffers: usize,
+    pub activity_threshold: Duration,
+    /// Percent (100: off).
+    pub dirty_ratio_threshold: u8,
+    /// Bytes.
+    pub dirty_ratio_inertia: u64,
+    /// MB/s (10^6 bytes), 0: none.
+    pub max_mbps: u64,
     /// "always", "full" or "never".
     pub seq_cutoff: String,
     pub seq_threshold: u64,
+    pub seq_promotion_count: u32,
+    pub seq_promotion_threshold: u64,
     /// None: always; Some(n): after n misses.
     pub promotion_hits: Option<u32>,
+    /// nhit: percent of the cache in use from which misses are counted.
+    pub promotion_trigger: u8,
+    /// Requests that met a cache device error before the cache goes pass-through (0: never).
+    pub error_threshold: u64,
     pub targets: Vec<TargetSection>,
     /// IO classes (`[[cache.class]]`), in the config's order.
     pub classes: Vec<ClassSection>,
@@ -334,6 +350,7 @@ struct RawCache {
     mode: Option<Spanned<String>>,
     default: Option<Spanned<String>>,
     default_priority: Option<Spanned<i64>>,
+    error_threshold: Option<Spanned<i64>>,
     cleaner: Option<RawCleaner>,
     seq_cutoff: Option<RawSeqCutoff>,
     promotion: Option<RawPromotion>,
@@ -347,8 +364,15 @@ struct RawCache {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCleaner {
+    policy: Option<Spanned<String>>,
     staleness: Option<Spanned<String>>,
     wake_up: Option<Spanned<String>>,
+    flush_max_buffers: Option<Spanned<i64>>,
+    activity_threshold: Option<Spanned<String>>,
+    dirty_ratio_threshold: Option<Spanned<i64>>,
+    dirty_ratio_inertia: Option<Spanned<SizeValue>>,
+    max_mbps: Option<Spanned<i64>>,
+    /// Older names: `flush_max_buffers`, and `dirty_ratio_threshold` as a share.
     batch: Option<Spanned<i64>>,
     dirty_high: Option<Spanned<f64>>,
 }
@@ -358,6 +382,8 @@ struct RawCleaner {
 struct RawSeqCutoff {
     policy: Option<Spanned<String>>,
     threshold: Option<Spanned<SizeValue>>,
+    promotion_count: Option<Spanned<i64>>,
+    promotion_threshold: Option<Spanned<SizeValue>>,
 }
 
 #[derive(Deserialize)]
@@ -365,6 +391,7 @@ struct RawSeqCutoff {
 struct RawPromotion {
     policy: Option<Spanned<String>>,
     hits: Option<Spanned<i64>>,
+    trigger_threshold: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -1215,13 +1242,21 @@ fn validate_cache(
         mode,
         default_all,
         default_priority: 1,
+        cleaner_policy: "alru".into(),
+        wake_up: None,
         staleness: Duration::from_secs(30),
-        wake_up: Duration::from_secs(1),
-        batch: 128,
-        dirty_high: 0.8,
+        flush_max_buffers: 128,
+        activity_threshold: Duration::ZERO,
+        dirty_ratio_threshold: 80,
+        dirty_ratio_inertia: 128 << 20,
+        max_mbps: 0,
         seq_cutoff: "full".into(),
         seq_threshold: 1 << 20,
+        seq_promotion_count: 8,
+        seq_promotion_threshold: 0,
         promotion_hits: None,
+        promotion_trigger: 80,
+        error_threshold: 1000,
         targets: Vec::new(),
         classes: Vec::new(),
         emulate: None,
@@ -1247,33 +1282,94 @@ fn validate_cache(
         }
         section.emulate = Some(name);
     }
+    if let Some(e) = raw.error_threshold {
+        section.error_threshold = checked(
+            ctx,
+            e,
+            "cache.error_threshold",
+            |n| (0..=1_000_000).contains(&n),
+            "must be from 0 (never pass-through) to 1000000 requests",
+        )? as u64;
+    }
     if let Some(c) = raw.cleaner {
+        if let Some(p) = c.policy {
+            section.cleaner_policy = one_of(
+                ctx,
+                p,
+                "cache.cleaner.policy",
+                &[(&["alru"], "alru"), (&["acp"], "acp"), (&["nop"], "nop")],
+            )?
+            .to_string();
+        }
         if let Some(t) = c.staleness {
             section.staleness = duration_value(ctx, t, "cache.cleaner.staleness")?;
         }
         if let Some(t) = c.wake_up {
-            section.wake_up = duration_value(ctx, t, "cache.cleaner.wake_up")?;
+            let w = duration_value(ctx, t, "cache.cleaner.wake_up")?;
+            section.wake_up = Some(if w.is_zero() {
+                Duration::from_millis(10)
+            } else {
+                w
+            });
         }
-        if section.wake_up.is_zero() {
-            section.wake_up = Duration::from_millis(10);
+        if let Some(t) = c.activity_threshold {
+            section.activity_threshold =
+                duration_value(ctx, t, "cache.cleaner.activity_threshold")?;
         }
-        if let Some(b) = c.batch {
-            section.batch = checked(
+        if let (Some(old), Some(_)) = (&c.batch, &c.flush_max_buffers) {
+            return Err(ctx.err(
+                old.span(),
+                "cache.cleaner.batch",
+                "batch is the older name of flush_max_buffers (lines per pass): give one",
+            ));
+        }
+        if let Some(b) = c.flush_max_buffers.or(c.batch) {
+            section.flush_max_buffers = checked(
                 ctx,
                 b,
-                "cache.cleaner.batch",
+                "cache.cleaner.flush_max_buffers",
                 |n| (1..=65536).contains(&n),
-                "must be from 1 to 65536",
+                "must be from 1 to 65536 lines",
             )? as usize;
         }
+        if let (Some(old), Some(_)) = (&c.dirty_high, &c.dirty_ratio_threshold) {
+            return Err(ctx.err(
+                old.span(),
+                "cache.cleaner.dirty_high",
+                "dirty_high (a share) is replaced by dirty_ratio_threshold (percent): give one",
+            ));
+        }
         if let Some(d) = c.dirty_high {
-            section.dirty_high = checked(
+            section.dirty_ratio_threshold = (checked(
                 ctx,
                 d,
                 "cache.cleaner.dirty_high",
                 |x| x > 0.0 && x <= 1.0,
                 SHARE_RULE,
-            )?;
+            )? * 100.0)
+                .round() as u8;
+        }
+        if let Some(d) = c.dirty_ratio_threshold {
+            section.dirty_ratio_threshold = checked(
+                ctx,
+                d,
+                "cache.cleaner.dirty_ratio_threshold",
+                |n| (0..=100).contains(&n),
+                "must be a percent from 0 to 100 (100: off)",
+            )? as u8;
+        }
+        if let Some(i) = c.dirty_ratio_inertia {
+            section.dirty_ratio_inertia =
+                size_value(ctx, i, "cache.cleaner.dirty_ratio_inertia")?.0;
+        }
+        if let Some(m) = c.max_mbps {
+            section.max_mbps = checked(
+                ctx,
+                m,
+                "cache.cleaner.max_mbps",
+                |n| (0..=1_000_000).contains(&n),
+                "must be from 0 (no limit) to 1000000 MB/s",
+            )? as u64;
         }
     }
     if let Some(c) = raw.seq_cutoff {
@@ -1291,7 +1387,28 @@ fn validate_cache(
             .to_string();
         }
         if let Some(t) = c.threshold {
-            section.seq_threshold = size_value(ctx, t, "cache.seq_cutoff.threshold")?.0;
+            let (n, span, v) = size_value(ctx, t, "cache.seq_cutoff.threshold")?;
+            if n == 0 {
+                return Err(ctx.err(
+                    span,
+                    "cache.seq_cutoff.threshold",
+                    format!("threshold = {v}: must be at least 1 byte"),
+                ));
+            }
+            section.seq_threshold = n;
+        }
+        if let Some(n) = c.promotion_count {
+            section.seq_promotion_count = checked(
+                ctx,
+                n,
+                "cache.seq_cutoff.promotion_count",
+                |n| (1..=65535).contains(&n),
+                "must be from 1 to 65535 requests",
+            )? as u32;
+        }
+        if let Some(t) = c.promotion_threshold {
+            section.seq_promotion_threshold =
+                size_value(ctx, t, "cache.seq_cutoff.promotion_threshold")?.0;
         }
     }
     if let Some(p) = raw.promotion {
@@ -1319,6 +1436,15 @@ fn validate_cache(
                 .transpose()?
                 .unwrap_or(3);
             section.promotion_hits = Some(hits as u32);
+        }
+        if let Some(t) = p.trigger_threshold {
+            section.promotion_trigger = checked(
+                ctx,
+                t,
+                "cache.promotion.trigger_threshold",
+                |n| (0..=100).contains(&n),
+                "must be a percent of the cache in use, from 0 to 100",
+            )? as u8;
         }
     }
     for t in raw.target {

@@ -330,8 +330,56 @@ fn bad_config_corpus() {
         (
             "[cache]\nsize = \"4M\"\n[cache.cleaner]\nbatch = 0\n",
             6,
-            "cache.cleaner.batch",
+            "cache.cleaner.flush_max_buffers",
             "from 1 to 65536",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.cleaner]\nbatch = 4\nflush_max_buffers = 8\n",
+            6,
+            "cache.cleaner.batch",
+            "older name of flush_max_buffers",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.cleaner]\ndirty_high = 0.5\ndirty_ratio_threshold = 50\n",
+            6,
+            "cache.cleaner.dirty_high",
+            "replaced by dirty_ratio_threshold",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.cleaner]\npolicy = \"lazy\"\n",
+            6,
+            "cache.cleaner.policy",
+            "\"alru\", \"acp\" or \"nop\"",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.cleaner]\ndirty_ratio_threshold = 101\n",
+            6,
+            "cache.cleaner.dirty_ratio_threshold",
+            "percent from 0 to 100",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.cleaner]\nmax_mbps = -1\n",
+            6,
+            "cache.cleaner.max_mbps",
+            "0 (no limit)",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\nerror_threshold = -3\n",
+            5,
+            "cache.error_threshold",
+            "0 (never pass-through)",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.seq_cutoff]\npromotion_count = 0\n",
+            6,
+            "cache.seq_cutoff.promotion_count",
+            "from 1 to 65535",
+        ),
+        (
+            "[cache]\nsize = \"4M\"\n[cache.promotion]\npolicy = \"nhit\"\ntrigger_threshold = 120\n",
+            7,
+            "cache.promotion.trigger_threshold",
+            "from 0 to 100",
         ),
         (
             "[cache]\nsize = \"4M\"\n[cache.cleaner]\ndirty_high = 1.5\n",
@@ -629,4 +677,55 @@ fn the_default_class_priority_is_read_and_defaults_to_1() {
     assert_eq!(cache("").default_priority, 1);
     assert_eq!(cache("default_priority = 7\n").default_priority, 7);
     assert_eq!(cache("default_priority = 0\n").default_priority, 0);
+}
+
+#[test]
+fn cleaner_seq_cutoff_promotion_and_error_keys_are_read() {
+    let d = Dirs::new(1);
+    let cache = |extra: &str| {
+        d.parse(&format!(
+            "[volume]\ndevices = [\"d0\"]\n[cache]\nsize = \"4M\"\n{extra}"
+        ))
+        .unwrap()
+        .cache
+        .unwrap()
+    };
+    let c = cache("");
+    assert_eq!(c.cleaner_policy, "alru");
+    assert_eq!(c.wake_up, None);
+    assert_eq!(c.staleness, Duration::from_secs(30));
+    assert_eq!(c.flush_max_buffers, 128);
+    assert_eq!(c.activity_threshold, Duration::ZERO);
+    assert_eq!(
+        (c.dirty_ratio_threshold, c.dirty_ratio_inertia),
+        (80, 128 << 20)
+    );
+    assert_eq!((c.max_mbps, c.error_threshold), (0, 1000));
+    assert_eq!((c.seq_promotion_count, c.seq_promotion_threshold), (8, 0));
+    assert_eq!(c.promotion_trigger, 80);
+    let c = cache(
+        "error_threshold = 5\n[cache.cleaner]\npolicy = \"acp\"\nwake_up = \"20ms\"\n\
+         staleness = \"2m\"\nflush_max_buffers = 64\nactivity_threshold = \"10s\"\n\
+         dirty_ratio_threshold = 40\ndirty_ratio_inertia = \"64M\"\nmax_mbps = 200\n\
+         [cache.seq_cutoff]\npromotion_count = 4\npromotion_threshold = \"8M\"\n\
+         [cache.promotion]\npolicy = \"nhit\"\nhits = 2\ntrigger_threshold = 50\n",
+    );
+    assert_eq!(c.cleaner_policy, "acp");
+    assert_eq!(c.wake_up, Some(Duration::from_millis(20)));
+    assert_eq!(c.staleness, Duration::from_secs(120));
+    assert_eq!(c.flush_max_buffers, 64);
+    assert_eq!(c.activity_threshold, Duration::from_secs(10));
+    assert_eq!(
+        (c.dirty_ratio_threshold, c.dirty_ratio_inertia),
+        (40, 64 << 20)
+    );
+    assert_eq!((c.max_mbps, c.error_threshold), (200, 5));
+    assert_eq!(
+        (c.seq_promotion_count, c.seq_promotion_threshold),
+        (4, 8 << 20)
+    );
+    assert_eq!((c.promotion_hits, c.promotion_trigger), (Some(2), 50));
+    // The older names still work.
+    let c = cache("[cache.cleaner]\nbatch = 7\ndirty_high = 0.6\n");
+    assert_eq!((c.flush_max_buffers, c.dirty_ratio_threshold), (7, 60));
 }

@@ -8,12 +8,14 @@
 
 mod classes;
 pub mod classifier;
+pub mod cleaner;
 mod folders;
 
 use crate::error::{errno, Error, Result};
 use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};
 use cache::{
-    Cache, CacheConfig, ClassConfig, ClassId, Mode, Policy, Promotion, SeqCutoff, StoreKind,
+    Cache, CacheConfig, ClassConfig, ClassId, Cleaner, CleaningPolicy, Mode, Policy, Promotion,
+    SeqCutoff, StoreKind,
 };
 use classifier::{ClassSetting, IoClass, NameView, Resolved};
 use dashmap::DashMap;
@@ -239,6 +241,28 @@ fn mode_of(name: &str) -> Result<Mode> {
     Mode::parse(name).ok_or_else(|| Error::Usage(format!("unknown cache mode \"{name}\"")))
 }
 
+/// The cleaner `[cache.cleaner]` asks for.
+fn cleaner_of(section: &mountcfg::CacheSection) -> Cleaner {
+    let base = match section.cleaner_policy.as_str() {
+        "acp" => Cleaner::acp(),
+        "nop" => Cleaner {
+            policy: CleaningPolicy::Nop,
+            ..Cleaner::alru()
+        },
+        _ => Cleaner::alru(),
+    };
+    Cleaner {
+        wake_up: section.wake_up.unwrap_or(base.wake_up),
+        staleness: section.staleness,
+        flush_max_buffers: section.flush_max_buffers,
+        activity_threshold: section.activity_threshold,
+        dirty_ratio_threshold: section.dirty_ratio_threshold,
+        dirty_ratio_inertia: section.dirty_ratio_inertia,
+        max_mbps: section.max_mbps,
+        ..base
+    }
+}
+
 impl Caching {
     /// Opens the cache a config describes in front of `volume`; after a crash its dirty lines
     /// are written back before anything else happens.
@@ -257,13 +281,16 @@ impl Caching {
                 _ => SeqCutoff::Full,
             },
             seq_threshold: section.seq_threshold,
+            seq_promotion_count: section.seq_promotion_count,
+            seq_promotion_threshold: section.seq_promotion_threshold,
             promotion: section
                 .promotion_hits
-                .map_or(Promotion::Always, Promotion::Nhit),
-            staleness: section.staleness,
-            wake_up: section.wake_up,
-            batch: section.batch,
-            dirty_high: section.dirty_high,
+                .map_or(Promotion::Always, |hits| Promotion::Nhit {
+                    insertion_threshold: hits,
+                    trigger_threshold: section.promotion_trigger,
+                }),
+            cleaner: cleaner_of(section),
+            error_threshold: section.error_threshold,
         };
         let store = match &section.store {
             mountcfg::CacheStore::Ram => StoreKind::Ram,
@@ -308,6 +335,7 @@ impl Caching {
                 }
                 None => None,
             },
+            clock: None,
         };
         let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
         if let Some(file) = file {

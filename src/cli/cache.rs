@@ -23,6 +23,30 @@ pub fn mode(path: &Path, mode: Option<String>) -> Result<i32> {
     Ok(0)
 }
 
+/// `stripefs cleaner`: changes the settings given, then prints them all.
+pub fn cleaner(path: &Path, settings: &[(&str, Option<String>)]) -> Result<i32> {
+    let root = has_cache(path)?;
+    let spec: Vec<String> = settings
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+        .collect();
+    if !spec.is_empty() {
+        xattr::control_set(&root, "cleaner", spec.join(" ").as_bytes())
+            .map_err(refusal("cleaner", &root, "cleaner"))?;
+    }
+    let now = xattr::control_get(&root, "cleaner").map_err(refusal("cleaner", &root, "cleaner"))?;
+    println!(
+        "{}: cleaner{}",
+        root.display(),
+        if spec.is_empty() { "" } else { " (changed)" }
+    );
+    for word in String::from_utf8_lossy(&now).split_whitespace() {
+        let (k, v) = word.split_once('=').unwrap_or((word, ""));
+        println!("  {k:<22} {v}");
+    }
+    Ok(0)
+}
+
 /// The root of the stripefs mount `path` is on, which must have a cache.
 fn has_cache(path: &Path) -> Result<PathBuf> {
     let root = resolve(path)?.root;
@@ -295,8 +319,14 @@ fn print_stats(s: &serde_json::Value) {
         ] {
             println!("  {label:<24} {:>12}", human_bytes(n(&c[key])));
         }
-        println!("  {:<24} {:>12}", "core errors", n(&c["core_errors"]));
-        println!("  {:<24} {:>12}", "cache errors", n(&c["cache_errors"]));
+        println!("  {:<24} {:>12} {:>8}", "errors", "read", "write");
+        for (label, dev) in [("core errors", "core"), ("cache errors", "cache")] {
+            println!(
+                "  {label:<24} {:>12} {:>8}",
+                n(&c[format!("{dev}_read_errors").as_str()]),
+                n(&c[format!("{dev}_write_errors").as_str()])
+            );
+        }
     };
     print_counters("Volume", &s["counters"]);
     println!(
@@ -304,6 +334,17 @@ fn print_stats(s: &serde_json::Value) {
         n(&s["cleaner_passes"]),
         n(&s["cleaned_lines"]),
         n(&s["cleaner_errors"])
+    );
+    println!("  policy {}", s["cleaner"].as_str().unwrap_or("?"));
+    let threshold = n(&s["error_threshold"]);
+    println!(
+        "requests that met a cache device error: {}{}",
+        n(&s["error_requests"]),
+        if threshold == 0 {
+            " (never pass-through for them)".to_string()
+        } else {
+            format!(" (pass-through at {threshold})")
+        }
     );
     for c in s["classes"].as_array().into_iter().flatten() {
         let title = format!(

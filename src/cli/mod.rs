@@ -180,6 +180,47 @@ enum Command {
         /// The new mode; without it, the mode is printed
         mode: Option<String>,
     },
+    /// Show or change the cache's cleaning policy and its settings, live
+    #[command(
+        after_help = "Policies (Open CAS's): alru cleans dirty lines whose last write is \
+        older than --staleness, --flush-max-buffers a pass, the next pass at once while there is \
+        work and after --wake-up when there is none; not while a request came within \
+        --activity-threshold (0: clean under load), and age regardless above \
+        --dirty-ratio-threshold percent dirty down to that minus --dirty-ratio-inertia. acp \
+        cleans the 100 MiB region with the most dirty lines, --flush-max-buffers lines every \
+        --wake-up (10 ms). nop never cleans: once every line is dirty, requests pass through. \
+        --max-mbps limits the write-back of any policy (0: none). Settings not given stay; \
+        changing them: root or the user who mounted only.\n\n\
+        Example:\n  stripefs cleaner /mnt/vol --policy alru --activity-threshold 0 --max-mbps 200"
+    )]
+    Cleaner {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// alru | acp | nop
+        #[arg(long)]
+        policy: Option<String>,
+        /// Duration: alru's sleep after a pass with nothing to clean; acp's time between passes
+        #[arg(long)]
+        wake_up: Option<String>,
+        /// Duration (alru): a dirty line whose last write is older is written back
+        #[arg(long)]
+        staleness: Option<String>,
+        /// Lines written back per pass
+        #[arg(long)]
+        flush_max_buffers: Option<u64>,
+        /// Duration (alru): no cleaning while a request came within it; 0: clean under load
+        #[arg(long)]
+        activity_threshold: Option<String>,
+        /// Percent (alru): above it, clean dirty lines whatever their age; 100: off
+        #[arg(long)]
+        dirty_ratio_threshold: Option<u64>,
+        /// Size (alru): once over the threshold, clean down to threshold minus this
+        #[arg(long)]
+        dirty_ratio_inertia: Option<String>,
+        /// Write-back limit in MB/s (10^6 bytes); 0: none
+        #[arg(long)]
+        max_mbps: Option<u64>,
+    },
     /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
     #[command(
         args_conflicts_with_subcommands = true,
@@ -505,6 +546,30 @@ fn run(command: Command) -> Result<i32> {
         } => cache::stats(&mountpoint, json, watch).map(|()| 0),
         Command::Flush { mountpoint } => cache::flush(&mountpoint).map(|()| 0),
         Command::Mode { mountpoint, mode } => cache::mode(&mountpoint, mode),
+        Command::Cleaner {
+            mountpoint,
+            policy,
+            wake_up,
+            staleness,
+            flush_max_buffers,
+            activity_threshold,
+            dirty_ratio_threshold,
+            dirty_ratio_inertia,
+            max_mbps,
+        } => {
+            let n = |v: Option<u64>| v.map(|n| n.to_string());
+            let settings = [
+                ("policy", policy),
+                ("wake_up", wake_up),
+                ("staleness", staleness),
+                ("flush_max_buffers", n(flush_max_buffers)),
+                ("activity_threshold", activity_threshold),
+                ("dirty_ratio_threshold", n(dirty_ratio_threshold)),
+                ("dirty_ratio_inertia", dirty_ratio_inertia),
+                ("max_mbps", n(max_mbps)),
+            ];
+            cache::cleaner(&mountpoint, &settings)
+        }
         Command::Bench {
             action,
             target,

@@ -17,39 +17,36 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    // Drained while it runs: an output larger than a pipe holds must not stall it.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if start.elapsed() > timeout {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
             panic!(
                 "{cmd:?} timed out after {timeout:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr.join().unwrap_or_default())
             );
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut out = Output {
-        status: child.wait().expect("status"),
-        stdout: Vec::new(),
-        stderr: Vec::new(),
     };
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut out.stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_end(&mut out.stderr)
-        .unwrap();
-    out
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
 
 /// `stripefs ARGS`, bounded in time.

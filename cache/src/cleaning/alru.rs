@@ -1,40 +1,89 @@
-//! Approximately-LRU cleaning: dirty lines older than the staleness time, oldest first, a batch
-//! per wake-up; above the dirty-ratio threshold, any dirty line, age regardless.
+//! Approximately-LRU cleaning, as OCF's alru: a pass writes back up to `flush_max_buffers`
+//! dirty lines whose last write is older than `staleness`, oldest first; a pass that cleaned
+//! something runs the next at once, one that found nothing sleeps `wake_up`. While a request
+//! came within `activity_threshold` nothing is cleaned (0: clean under load). Above
+//! `dirty_ratio_threshold` percent dirty lines every dirty line is due, age regardless, until
+//! the share is down to the threshold minus `dirty_ratio_inertia`.
 
-use super::Cleaning;
+use super::{dirty_lines, Cleaning, Ctx};
 use crate::metadata::Inner;
+use crate::mode::Cleaner;
 use std::time::{Duration, Instant};
 
 pub(crate) struct Alru {
-    /// A dirty line older than this is written back.
-    pub staleness: Duration,
-    pub wake_up: Duration,
-    /// Lines per pass.
-    pub batch: usize,
-    /// Above this share of dirty lines, clean regardless of staleness.
-    pub dirty_high: f64,
+    cfg: Cleaner,
+    /// The dirty ratio went over the threshold and is not yet down to threshold - inertia.
+    triggered: bool,
+}
+
+impl Alru {
+    pub fn new(cfg: Cleaner) -> Alru {
+        Alru {
+            cfg,
+            triggered: false,
+        }
+    }
+
+    fn over_dirty_ratio(&mut self, dirty: usize, cx: &Ctx) -> bool {
+        let pct = self.cfg.dirty_ratio_threshold as usize;
+        if pct >= 100 || dirty == 0 {
+            self.triggered = false;
+            return false;
+        }
+        let high = cx.lines * pct / 100;
+        self.triggered = if self.triggered {
+            let inertia = (self.cfg.dirty_ratio_inertia / cx.line_size) as usize;
+            dirty > high.saturating_sub(inertia)
+        } else {
+            dirty >= high
+        };
+        self.triggered
+    }
 }
 
 impl Cleaning for Alru {
-    fn pick(&mut self, g: &Inner, lines: usize, now: Instant) -> Vec<(u64, u64)> {
-        let urgent = g.dirty_lines as f64 > self.dirty_high * lines as f64;
-        let mut dirty: Vec<(Instant, (u64, u64))> = g
-            .index
-            .iter()
-            .filter_map(|(&k, &s)| {
+    fn pick(&mut self, g: &Inner, cx: &Ctx) -> Vec<(u64, u64)> {
+        let over = self.over_dirty_ratio(g.dirty_lines, cx);
+        if !over {
+            let busy = g
+                .last_io
+                .is_some_and(|t| cx.now.saturating_duration_since(t) < self.cfg.activity_threshold);
+            if busy {
+                return Vec::new();
+            }
+        }
+        let max = self.cfg.flush_max_buffers;
+        let mut due: Vec<(Instant, (u64, u64))> = Vec::new();
+        for class in dirty_lines(g) {
+            let mut taken = 0;
+            for s in class {
                 let sl = &g.slots[s as usize];
-                let since = sl.dirty_since?;
-                (sl.dirty != 0
-                    && !sl.busy
-                    && (urgent || now.saturating_duration_since(since) >= self.staleness))
-                    .then_some((since, k))
-            })
-            .collect();
-        dirty.sort_unstable_by_key(|d| d.0);
-        dirty.into_iter().take(self.batch).map(|d| d.1).collect()
+                let (Some(key), Some(written)) = (sl.key, sl.last_write) else {
+                    continue;
+                };
+                if sl.busy {
+                    continue;
+                }
+                // The list is in order of last write: the first line not stale ends it.
+                if !over && cx.now.saturating_duration_since(written) < self.cfg.staleness {
+                    break;
+                }
+                due.push((written, key));
+                taken += 1;
+                if taken == max {
+                    break;
+                }
+            }
+        }
+        due.sort_unstable_by_key(|d| d.0);
+        due.into_iter().take(max).map(|d| d.1).collect()
     }
 
-    fn wait(&self) -> Duration {
-        self.wake_up
+    fn wait(&self, cleaned: usize) -> Option<Duration> {
+        Some(if cleaned > 0 {
+            Duration::ZERO
+        } else {
+            self.cfg.wake_up
+        })
     }
 }

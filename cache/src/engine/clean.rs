@@ -3,13 +3,14 @@
 
 use super::request::Part;
 use super::Cache;
+use crate::cleaning::Ctx;
 use crate::stats::Counters;
 use crate::store::Header;
 use crate::{ClassId, DEFAULT_CLASS};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 impl Cache {
     /// Writes back every dirty line that `pick(object, class)` selects.
@@ -48,6 +49,12 @@ impl Cache {
 
     /// Cleans the given lines (waiting for busy ones); returns how many it wrote back.
     pub(super) fn clean_keys(&self, keys: &[(u64, u64)]) -> io::Result<usize> {
+        self.clean_keys_counted(keys).map(|(n, _)| n)
+    }
+
+    /// As `clean_keys`, with the bytes written to the core.
+    fn clean_keys_counted(&self, keys: &[(u64, u64)]) -> io::Result<(usize, u64)> {
+        let mut bytes = 0;
         let mut cleaned = Vec::new();
         let mut result = Ok(());
         for &(object, line) in keys {
@@ -80,7 +87,7 @@ impl Cache {
                 Ok(()) => {
                     if let Some(s) = parts[0].slot {
                         if parts[0].dirty != 0 {
-                            g.set_dirty(s, 0, Instant::now());
+                            g.set_dirty(s, 0, self.now());
                             cleaned.push((object, s));
                         }
                     }
@@ -91,6 +98,7 @@ impl Cache {
                     g.cleaner_errors += 1;
                 }
             }
+            bytes += c.core_write_bytes;
             g.class_mut(class).counters.add(&c);
             self.release(&mut g, &parts);
             drop(g);
@@ -112,7 +120,7 @@ impl Cache {
         }
         let n = cleaned.len();
         self.inner.lock().cleaned_lines += n as u64;
-        result.map(|()| n)
+        result.map(|()| (n, bytes))
     }
 
     /// Writes back the dirty lines of one object.
@@ -128,40 +136,66 @@ impl Cache {
         Ok(())
     }
 
-    /// One pass of the background cleaner: the lines the cleaning policy picks.
+    /// One pass of the background cleaner: the lines the cleaning policy picks, at the time
+    /// of the cache's clock.
     pub fn clean_pass(&self) -> io::Result<usize> {
-        let keys = {
-            let mut policy = self.cleaning.lock();
-            let g = self.inner.lock();
-            policy.pick(&g, self.nslots, Instant::now())
-        };
-        let n = if keys.is_empty() {
-            0
-        } else {
-            self.clean_keys(&keys)?
-        };
-        self.inner.lock().cleaner_passes += 1;
-        Ok(n)
+        self.cleaner_step().0
     }
 
-    /// Starts the background cleaner; it stops with `shutdown`.
+    /// One pass, and how long the cleaner waits before the next (`None`: until woken): the
+    /// policy's wait, or longer if the bandwidth limit asks for it. A pass that fails waits as
+    /// one that found nothing.
+    pub fn cleaner_step(&self) -> (io::Result<usize>, Option<std::time::Duration>) {
+        let mut state = self.cleaning.lock();
+        let now = self.now();
+        let keys = {
+            let g = self.inner.lock();
+            let cx = Ctx {
+                lines: self.nslots,
+                line_size: self.line,
+                now,
+            };
+            state.0.pick(&g, &cx)
+        };
+        let result = if keys.is_empty() {
+            Ok((0, 0))
+        } else {
+            self.clean_keys_counted(&keys)
+        };
+        self.inner.lock().cleaner_passes += 1;
+        let (n, bytes) = *result.as_ref().unwrap_or(&(0, 0));
+        let mbps = self.inner.lock().policy.cleaner.max_mbps;
+        let limit = state.1.book(self.now(), bytes, mbps);
+        let wait = state.0.wait(n).map(|w| w.max(limit));
+        (result.map(|r| r.0), wait)
+    }
+
+    /// Starts the background cleaner; it stops with `shutdown`. Each pass is followed by the
+    /// wait `cleaner_step` says (none after a productive alru pass).
     pub fn start_cleaner(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
         let cache = self.clone();
         std::thread::Builder::new()
             .name("cache-cleaner".into())
             .spawn(move || {
+                let mut wait = Some(Duration::ZERO);
                 while !cache.stop.load(Ordering::Relaxed) {
-                    {
-                        let wait = cache.cleaning.lock().wait();
+                    if wait != Some(Duration::ZERO) {
                         let mut g = cache.inner.lock();
-                        cache.wake.wait_for(&mut g, wait);
+                        if !cache.stop.load(Ordering::Relaxed) {
+                            // Woken early by a setting change, dirty pressure or the stop.
+                            cache
+                                .wake
+                                .wait_for(&mut g, wait.unwrap_or(Duration::from_secs(3600)));
+                        }
                     }
                     if cache.stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    if let Err(e) = cache.clean_pass() {
+                    let (result, next) = cache.cleaner_step();
+                    if let Err(e) = result {
                         log::error!("cache cleaner: {e}");
                     }
+                    wait = next;
                 }
             })
             .expect("cleaner thread")
@@ -171,6 +205,9 @@ impl Cache {
     /// trusted at the next mount.
     pub fn shutdown(&self) -> io::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
+        // Under the lock the cleaner checks `stop` with: it is either before its check or
+        // waiting, never in between.
+        drop(self.inner.lock());
         self.wake.notify_all();
         self.flush_all(&mut |_, _| {})?;
         if self.store.persistent() {

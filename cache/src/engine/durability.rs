@@ -6,7 +6,6 @@ use super::Cache;
 use crate::metadata::Inner;
 use crate::SECTOR;
 use std::io;
-use std::time::Instant;
 
 impl Cache {
     /// After a crash: drops lines of objects that no longer exist, clips the rest to the
@@ -35,7 +34,7 @@ impl Cache {
                     let dirty = g.slots[s as usize].dirty & !cut;
                     g.slots[s as usize].valid &= !cut;
                     // Through set_dirty: a line left clean moves to its clean list.
-                    g.set_dirty(s, dirty, Instant::now());
+                    g.set_dirty(s, dirty, self.now());
                 }
                 // The sector holding the end of file: what lies past the end reads as zeros
                 // (it was written before a shrink that the crash cut short).

@@ -5,10 +5,11 @@
 //! is cleaned are the policies of `crate::eviction`, `crate::promotion` and `crate::cleaning`.
 
 use crate::attach::{attach, Attached};
-use crate::cleaning::{self, Cleaning};
+use crate::cleaning::{self, Cleaning, Limiter};
+use crate::clock::{Clock, SystemClock};
 use crate::eviction::{Eviction, Links, List, Lru};
 use crate::metadata::{Class, Inner, Slot};
-use crate::mode::{ClassConfig, Mode, Policy};
+use crate::mode::{ClassConfig, Cleaner, Mode, Policy};
 use crate::promotion;
 use crate::stats::{CacheStats, ClassStats, Counters};
 use crate::store::{Store, EMPTY};
@@ -70,6 +71,8 @@ pub struct CacheConfig {
     pub on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
     /// A model that makes the store behave like a slower device.
     pub throttle: Option<Arc<dyn crate::Throttle>>,
+    /// The time the cleaner decides by; `None`: the system's.
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,8 +116,9 @@ pub struct Cache {
     inner: Mutex<Inner>,
     /// Signalled whenever a busy line is released.
     released: Condvar,
-    /// Which dirty lines the cleaner writes back, and when.
-    cleaning: Mutex<Box<dyn Cleaning>>,
+    /// Which dirty lines the cleaner writes back, and when; and its bandwidth limit.
+    cleaning: Mutex<(Box<dyn Cleaning>, Limiter)>,
+    clock: Arc<dyn Clock>,
     /// Which clean line makes room.
     eviction: Box<dyn Eviction>,
     /// Wakes the cleaner early.
@@ -184,7 +188,7 @@ impl Cache {
                     valid: 0,
                     dirty: 0,
                     class: DEFAULT_CLASS,
-                    dirty_since: None,
+                    last_write: None,
                     busy: false,
                     disk_dirty: false,
                 })
@@ -200,14 +204,19 @@ impl Cache {
             })],
             links: Links::new(nslots as usize),
             dirty_lines: 0,
-            streams: HashMap::default(),
-            promotion: promotion::from_setting(cfg.policy.promotion),
+            streams: Default::default(),
+            last_io: None,
+            chunk_lines: (cleaning::ACP_CHUNK / line).max(1),
+            dirty_chunks: HashMap::default(),
+            error_requests: 0,
+            promotion: promotion::from_setting(cfg.policy.promotion, nslots as usize),
             policy: cfg.policy.clone(),
             cleaner_passes: 0,
             cleaned_lines: 0,
             cleaner_errors: 0,
         };
-        let now = Instant::now();
+        let clock = cfg.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let now = clock.now();
         for (i, r) in records.iter().enumerate() {
             if r.object == EMPTY || r.valid == 0 {
                 continue;
@@ -230,7 +239,11 @@ impl Cache {
             nslots: nslots as usize,
             inner: Mutex::new(inner),
             released: Condvar::new(),
-            cleaning: Mutex::new(cleaning::from_policy(&cfg.policy)),
+            cleaning: Mutex::new((
+                cleaning::from_config(&cfg.policy.cleaner),
+                Limiter::default(),
+            )),
+            clock,
             eviction: Box::new(Lru),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -348,6 +361,28 @@ impl Cache {
         self.failed.load(Ordering::Relaxed)
     }
 
+    /// A request met a cache device error (it is served again pass-through): counted, and at
+    /// `error_threshold` such requests the cache goes pass-through for good.
+    pub(super) fn cache_error_request(&self) {
+        let (n, threshold) = {
+            let mut g = self.inner.lock();
+            g.error_requests += 1;
+            (g.error_requests, g.policy.error_threshold)
+        };
+        if threshold > 0 && n >= threshold {
+            self.mark_failed();
+        } else if n.is_power_of_two() {
+            log::warn!(
+                "cache device error ({n} request(s) so far{}): this request served by the core",
+                if threshold > 0 {
+                    format!("; pass-through for good at {threshold}")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+
     pub(super) fn mark_failed(&self) {
         if !self.failed.swap(true, Ordering::Relaxed) {
             let dirty = self.inner.lock().dirty_lines;
@@ -366,12 +401,50 @@ impl Cache {
     // ----- settings and statistics -----
 
     pub fn set_policy(&self, policy: Policy) {
-        *self.cleaning.lock() = cleaning::from_policy(&policy);
+        self.set_cleaner(policy.cleaner.clone());
         let mut g = self.inner.lock();
         if g.policy.promotion != policy.promotion {
-            g.promotion = promotion::from_setting(policy.promotion);
+            g.promotion = promotion::from_setting(policy.promotion, self.nslots);
         }
         g.policy = policy;
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.inner.lock().policy.clone()
+    }
+
+    /// Changes the cleaning policy or its settings, live; the cleaner takes them at once.
+    pub fn set_cleaner(&self, cleaner: Cleaner) {
+        {
+            let mut c = self.cleaning.lock();
+            let mut g = self.inner.lock();
+            if g.policy.cleaner != cleaner {
+                c.0 = cleaning::from_config(&cleaner);
+                g.policy.cleaner = cleaner;
+            }
+        }
+        self.wake.notify_all();
+    }
+
+    /// The dirty lines, by (object, line) (tests).
+    #[cfg(test)]
+    pub(crate) fn dirty_keys(&self) -> Vec<(u64, u64)> {
+        let g = self.inner.lock();
+        g.index
+            .iter()
+            .filter(|(_, &s)| g.slots[s as usize].dirty != 0)
+            .map(|(&k, _)| k)
+            .collect()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_dirty(&self, object: u64, line: u64) -> bool {
+        self.dirty_keys().contains(&(object, line))
+    }
+
+    /// The time as the cache's clock has it.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -431,6 +504,9 @@ impl Cache {
             cleaner_passes: g.cleaner_passes,
             cleaned_lines: g.cleaned_lines,
             cleaner_errors: g.cleaner_errors,
+            cleaner: g.policy.cleaner.summary(),
+            error_requests: g.error_requests,
+            error_threshold: g.policy.error_threshold,
             classes,
         }
     }

@@ -5,7 +5,6 @@ use super::request::{mask, runs, Part};
 use super::Cache;
 use crate::{DEFAULT_CLASS, SECTOR};
 use std::io;
-use std::time::Instant;
 
 impl Cache {
     /// Bytes of `object` that only this cache holds (dirty sectors): a file's st_blocks
@@ -68,7 +67,7 @@ impl Cache {
                 sl.valid &= !cut;
             }
             let dirty = g.slots[s as usize].dirty & !cut;
-            g.set_dirty(s, dirty, Instant::now());
+            g.set_dirty(s, dirty, self.now());
             let emptied = g.slots[s as usize].valid == 0;
             if emptied {
                 g.detach(s);
@@ -164,7 +163,7 @@ impl Cache {
             }
         }
         let mut g = self.inner.lock();
-        let now = Instant::now();
+        let now = self.now();
         for p in &parts {
             let Some(s) = p.slot else { continue };
             let gone = match (&punched, &r) {

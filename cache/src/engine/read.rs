@@ -6,10 +6,22 @@ use crate::mode::Mode;
 use crate::stats::Counters;
 use crate::{ClassId, SECTOR};
 use std::io;
-use std::time::Instant;
 
 impl Cache {
     pub fn read(&self, object: u64, offset: u64, buf: &mut [u8], class: ClassId) -> io::Result<()> {
+        self.read_as(object, offset, buf, class, false)
+    }
+
+    /// A read; `pass_through`: in pass-through whatever the mode (a request served again after
+    /// a cache device error).
+    fn read_as(
+        &self,
+        object: u64,
+        offset: u64,
+        buf: &mut [u8],
+        class: ClassId,
+        pass_through: bool,
+    ) -> io::Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -20,7 +32,11 @@ impl Cache {
         let mut parts = self.plan(offset, buf.len());
         let (mode, cutoff) = {
             let mut g = self.inner.lock();
-            self.effective_mode(&mut g, object, offset, buf.len() as u64, class)
+            if pass_through {
+                (Mode::Pt, false)
+            } else {
+                self.effective_mode(&mut g, object, offset, buf.len() as u64, class, false)
+            }
         };
         let insert = !cutoff && mode.rules().read_inserts;
         drop(self.acquire(object, &mut parts, class, insert));
@@ -32,13 +48,13 @@ impl Cache {
         count(&mut c, false, pass_through, found);
         let result = self.read_parts(object, offset, buf, &mut parts, mode, insert, &mut c);
         let mut g = self.inner.lock();
-        let now = Instant::now();
+        let now = self.now();
         for p in &parts {
             if let Some(s) = p.slot {
                 g.slots[s as usize].valid = p.valid;
                 // Pass-through cleaned what it read.
                 g.set_dirty(s, p.dirty, now);
-                g.touch(s, class);
+                g.touch(s, class, false);
             }
         }
         g.drop_empty(&parts);
@@ -47,8 +63,8 @@ impl Cache {
         drop(g);
         if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
             // The cache device failed under this read: once more, pass-through.
-            self.mark_failed();
-            return self.read(object, offset, buf, class);
+            self.cache_error_request();
+            return self.read_as(object, offset, buf, class, true);
         }
         result
     }
@@ -115,7 +131,7 @@ impl Cache {
                     let dst = &mut out[(from - p.a) as usize..(to - p.a) as usize];
                     self.store
                         .read(s, from, dst)
-                        .inspect_err(|_| c.cache_errors += 1)?;
+                        .inspect_err(|_| c.cache_error(false))?;
                     c.cache_read_bytes += to - from;
                 }
             }
@@ -128,7 +144,7 @@ impl Cache {
                     let whole = core_bytes(base + s0 * SECTOR, (s1 - s0) * SECTOR);
                     self.store
                         .write(s, s0 * SECTOR, whole)
-                        .inspect_err(|_| c.cache_errors += 1)?;
+                        .inspect_err(|_| c.cache_error(false))?;
                     c.cache_write_bytes += whole.len() as u64;
                     p.valid |= mask(s0, s1);
                 }

@@ -7,7 +7,7 @@ use crate::metadata::Inner;
 use crate::mode::{Mode, SeqCutoff};
 use crate::stats::Counters;
 use crate::store::{Record, EMPTY};
-use crate::{eviction, ClassId, SECTOR};
+use crate::{eviction, promotion, seq_cutoff, ClassId, SECTOR};
 use parking_lot::MutexGuard;
 use std::io;
 
@@ -143,10 +143,28 @@ impl Cache {
             }
             self.released.wait(&mut g);
         }
+        let mut alloc = alloc;
+        if alloc {
+            // Promotion decides for the request as a whole (OCF's).
+            let missing: Vec<(u64, u64)> = parts
+                .iter()
+                .map(|p| (object, p.line))
+                .filter(|k| !g.index.contains_key(k))
+                .collect();
+            if !missing.is_empty() {
+                let req = promotion::Request {
+                    missing: &missing,
+                    mapped: parts.len() - missing.len(),
+                    occupied: g.index.len(),
+                    lines: self.nslots,
+                };
+                alloc = g.promotion.promote(&req);
+            }
+        }
         for p in parts.iter_mut() {
             let key = (object, p.line);
             let mut slot = g.index.get(&key).copied();
-            if slot.is_none() && alloc && g.promotion.promote(key) {
+            if slot.is_none() && alloc {
                 slot = self.allocate(&mut g, class);
                 if let Some(s) = slot {
                     g.attach(s, key, class);
@@ -223,7 +241,9 @@ impl Cache {
         self.store.sync()
     }
 
-    /// The mode a request runs in, with the sequential cutoff applied.
+    /// The mode a request runs in, with the sequential cutoff applied (OCF's: streams by
+    /// object, direction and next offset; see `crate::seq_cutoff`). Every request counts as
+    /// activity for the cleaner.
     pub(super) fn effective_mode(
         &self,
         g: &mut Inner,
@@ -231,7 +251,9 @@ impl Cache {
         offset: u64,
         len: u64,
         class: ClassId,
+        write: bool,
     ) -> (Mode, bool) {
+        g.last_io = Some(self.now());
         let mode = g
             .classes
             .get(class as usize)
@@ -240,21 +262,28 @@ impl Cache {
         if self.failed() {
             return (Mode::Pt, false);
         }
-        if g.streams.len() > 4096 {
-            g.streams.clear();
+        let p = &g.policy;
+        if p.seq_cutoff == SeqCutoff::Never || mode == Mode::Pt {
+            return (mode, false);
         }
-        let run = match g.streams.get(&object) {
-            Some(&(next, run)) if next == offset => run + len,
-            _ => len,
-        };
-        g.streams.insert(object, (offset + len, run));
-        let full = g.free.is_empty();
+        let (threshold, count, promote) = (
+            p.seq_threshold,
+            p.seq_promotion_count,
+            p.seq_promotion_threshold,
+        );
+        let (stream, continued) = g.streams.update(object, write, offset, len);
+        let sequential = seq_cutoff::cuts(&stream, continued, threshold, count, promote);
         let cut = match g.policy.seq_cutoff {
             SeqCutoff::Never => false,
-            SeqCutoff::Always => run > g.policy.seq_threshold,
-            SeqCutoff::Full => full && run > g.policy.seq_threshold,
+            SeqCutoff::Always => sequential,
+            SeqCutoff::Full => {
+                // Free lines below what the request needs plus a reserve.
+                let need = (offset + len).div_ceil(self.line) - offset / self.line;
+                let reserve = seq_cutoff::full_reserve(self.nslots) as u64;
+                sequential && (g.free.len() as u64) < need + reserve
+            }
         };
-        (mode, cut && mode != Mode::Pt)
+        (mode, cut)
     }
 
     pub(super) fn core_read(
@@ -266,7 +295,7 @@ impl Cache {
     ) -> io::Result<()> {
         self.backend
             .read(object, offset, buf)
-            .inspect_err(|_| c.core_errors += 1)?;
+            .inspect_err(|_| c.core_error(false))?;
         c.core_read_bytes += buf.len() as u64;
         Ok(())
     }
@@ -280,7 +309,7 @@ impl Cache {
     ) -> io::Result<()> {
         self.backend
             .write(object, offset, data)
-            .inspect_err(|_| c.core_errors += 1)?;
+            .inspect_err(|_| c.core_error(true))?;
         c.core_write_bytes += data.len() as u64;
         Ok(())
     }
@@ -298,7 +327,7 @@ impl Cache {
             let mut buf = vec![0u8; ((s1 - s0) * SECTOR) as usize];
             self.store
                 .read(slot, s0 * SECTOR, &mut buf)
-                .inspect_err(|_| c.cache_errors += 1)?;
+                .inspect_err(|_| c.cache_error(false))?;
             c.cache_read_bytes += buf.len() as u64;
             self.core_write(object, line * self.line + s0 * SECTOR, &buf, c)?;
         }

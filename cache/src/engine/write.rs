@@ -7,7 +7,6 @@ use crate::mode::Mode;
 use crate::stats::Counters;
 use crate::{ClassId, SECTOR};
 use std::io;
-use std::time::Instant;
 
 /// What a write does with the lines it finds (OCF: the engine its mode routes it to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +25,19 @@ pub(super) enum Route {
 
 impl Cache {
     pub fn write(&self, object: u64, offset: u64, data: &[u8], class: ClassId) -> io::Result<()> {
+        self.write_as(object, offset, data, class, false)
+    }
+
+    /// A write; `pass_through`: in pass-through whatever the mode (a request served again
+    /// after a cache device error).
+    fn write_as(
+        &self,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        class: ClassId,
+        pass_through: bool,
+    ) -> io::Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -36,7 +48,11 @@ impl Cache {
         let mut parts = self.plan(offset, data.len());
         let (mode, cutoff) = {
             let mut g = self.inner.lock();
-            self.effective_mode(&mut g, object, offset, data.len() as u64, class)
+            if pass_through {
+                (Mode::Pt, false)
+            } else {
+                self.effective_mode(&mut g, object, offset, data.len() as u64, class, true)
+            }
         };
         let rules = mode.rules();
         let inserts = !cutoff && rules.write_inserts;
@@ -76,7 +92,7 @@ impl Cache {
         };
         let mut wiped = false;
         let mut g = self.inner.lock();
-        let now = Instant::now();
+        let now = self.now();
         for p in &parts {
             let Some(s) = p.slot else { continue };
             if p.valid == 0 {
@@ -98,18 +114,22 @@ impl Cache {
             let disk_dirty = g.slots[s as usize].disk_dirty;
             g.slots[s as usize].valid = p.valid;
             g.set_dirty(s, p.dirty, now);
-            g.touch(s, class);
+            if p.dirty & p.touched != 0 {
+                g.written(s, now);
+            }
+            g.touch(s, class, true);
             if (p.dirty != 0 || disk_dirty) && record_failed.is_none() {
                 record_failed = self.record_locked(&mut g, s).err();
                 wiped |= disk_dirty && dropped;
             }
         }
         if record_failed.is_some() {
-            c.cache_errors += 1;
+            c.cache_error(true);
         }
         g.class_mut(class).counters.add(&c);
         self.release(&mut g, &parts);
-        if g.dirty_lines as f64 > g.policy.dirty_high * self.nslots as f64 {
+        let pct = g.policy.cleaner.dirty_ratio_threshold as usize;
+        if pct < 100 && g.dirty_lines >= self.nslots * pct / 100 {
             self.wake.notify_one();
         }
         drop(g);
@@ -122,8 +142,8 @@ impl Cache {
         };
         if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
             // The cache device failed under this write: once more, pass-through.
-            self.mark_failed();
-            return self.write(object, offset, data, class);
+            self.cache_error_request();
+            return self.write_as(object, offset, data, class, true);
         }
         result
     }
@@ -185,7 +205,7 @@ impl Cache {
                             [((v0 - s0) * SECTOR) as usize..((v1 - s0) * SECTOR) as usize];
                         self.store
                             .read(s, v0 * SECTOR, r)
-                            .inspect_err(|_| c.cache_errors += 1)?;
+                            .inspect_err(|_| c.cache_error(false))?;
                     }
                     let lo = from.max(p.a);
                     let hi = to.min(p.b);
@@ -198,13 +218,13 @@ impl Cache {
                     // Fully covered sectors, or partial ones already valid: write the bytes.
                     self.store
                         .write(s, lo, &bytes[(lo - p.a) as usize..(hi - p.a) as usize])
-                        .inspect_err(|_| c.cache_errors += 1)?;
+                        .inspect_err(|_| c.cache_error(true))?;
                     c.cache_write_bytes += hi - lo;
                     continue;
                 };
                 self.store
                     .write(s, from, chunk)
-                    .inspect_err(|_| c.cache_errors += 1)?;
+                    .inspect_err(|_| c.cache_error(true))?;
                 c.cache_write_bytes += chunk.len() as u64;
             }
             p.valid |= take;

@@ -1,11 +1,11 @@
 //! Every missed line is inserted.
 
-use super::PromotionPolicy;
+use super::{PromotionPolicy, Request};
 
 pub(crate) struct Always;
 
 impl PromotionPolicy for Always {
-    fn promote(&mut self, _key: (u64, u64)) -> bool {
+    fn promote(&mut self, _req: &Request) -> bool {
         true
     }
 }

@@ -1,5 +1,5 @@
-//! Promotion: whether a missed line is inserted now (OCF's promotion policies), one policy per
-//! file behind `PromotionPolicy`.
+//! Promotion: whether a request's missed lines are inserted now (OCF's promotion policies),
+//! one policy per file behind `PromotionPolicy`.
 
 mod always;
 mod nhit;
@@ -9,15 +9,33 @@ pub(crate) use nhit::Nhit;
 
 use crate::mode::Promotion;
 
-pub(crate) trait PromotionPolicy: Send {
-    /// A request missed `key` and could insert it: whether it may.
-    fn promote(&mut self, key: (u64, u64)) -> bool;
+/// What a promotion policy sees of a request and of the cache.
+pub(crate) struct Request<'a> {
+    /// The request's lines the cache does not hold.
+    pub missing: &'a [(u64, u64)],
+    /// How many of its lines the cache holds.
+    pub mapped: usize,
+    /// Lines in use, and lines of the cache.
+    pub occupied: usize,
+    pub lines: usize,
 }
 
-/// The policy a setting asks for.
-pub(crate) fn from_setting(p: Promotion) -> Box<dyn PromotionPolicy> {
+pub(crate) trait PromotionPolicy: Send {
+    /// A request missed lines and could insert them: whether it may (all of them, or none).
+    fn promote(&mut self, req: &Request) -> bool;
+}
+
+/// The policy a setting asks for, for a cache of `lines` lines.
+pub(crate) fn from_setting(p: Promotion, lines: usize) -> Box<dyn PromotionPolicy> {
     match p {
         Promotion::Always => Box::new(Always),
-        Promotion::Nhit(n) => Box::new(Nhit::new(n)),
+        Promotion::Nhit {
+            insertion_threshold,
+            trigger_threshold,
+        } => Box::new(Nhit::new(
+            insertion_threshold,
+            trigger_threshold,
+            Nhit::capacity_for(lines),
+        )),
     }
 }

@@ -149,7 +149,10 @@ fn pass_through_counts() {
 fn reads_that_insert_nothing_pass_through() {
     let core = Arc::new(Core::default());
     let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
-    cfg.policy.promotion = Promotion::Nhit(2);
+    cfg.policy.promotion = Promotion::Nhit {
+        insertion_threshold: 2,
+        trigger_threshold: 0,
+    };
     let cache = Cache::open(cfg, core.clone()).unwrap();
     read(&cache, 4, 0, 4096);
     read(&cache, 4, 0, 4096);

@@ -87,6 +87,7 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         holds_dirty: false,
         on_first_dirty: None,
         throttle: None,
+        clock: None,
     }
 }
 
@@ -286,7 +287,7 @@ fn small_cache_under_pressure_matches_a_model_in_every_mode() {
 fn cleaner_writes_back_stale_lines() {
     let core = Arc::new(Core::default());
     let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
-    cfg.policy.staleness = std::time::Duration::ZERO;
+    cfg.policy.cleaner.staleness = std::time::Duration::ZERO;
     let cache = Cache::open(cfg, core.clone()).unwrap();
     cache.write(1, 0, &[3u8; 100_000], DEFAULT_CLASS).unwrap();
     assert_eq!(cache.stats().dirty_lines, 2);
@@ -357,6 +358,7 @@ fn sequential_cutoff_and_nhit_promotion() {
     let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
     cfg.policy.seq_cutoff = SeqCutoff::Always;
     cfg.policy.seq_threshold = 256 << 10;
+    cfg.policy.seq_promotion_count = 2;
     let cache = Cache::open(cfg, core.clone()).unwrap();
     for i in 0..8u64 {
         cache
@@ -374,12 +376,58 @@ fn sequential_cutoff_and_nhit_promotion() {
 
     let core = Arc::new(Core::default());
     let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
-    cfg.policy.promotion = Promotion::Nhit(2);
+    cfg.policy.promotion = Promotion::Nhit {
+        insertion_threshold: 2,
+        trigger_threshold: 0,
+    };
     let cache = Cache::open(cfg, core.clone()).unwrap();
     read(&cache, 4, 0, 4096);
     assert_eq!(cache.stats().occupancy_lines, 0, "first miss: not yet");
     read(&cache, 4, 0, 4096);
     assert_eq!(cache.stats().occupancy_lines, 1, "second miss: promoted");
+
+    // OCF's default trigger (80 %): an empty cache inserts at the first miss.
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
+    cfg.policy.promotion = Promotion::nhit(3);
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    read(&cache, 4, 0, 4096);
+    assert_eq!(cache.stats().occupancy_lines, 1, "below the trigger");
+    // A request that has a line cached is let in whole, its missed line inserted.
+    for l in 1..13 {
+        read(&cache, 5, l * 65536, 4096);
+    }
+    assert_eq!(cache.stats().occupancy_lines, 13, "81 % in use now");
+    read(&cache, 6, 0, 4096);
+    assert_eq!(cache.stats().occupancy_lines, 13, "above it: counted");
+    read(&cache, 4, 60 << 10, 8192); // line 0 cached, line 1 missed
+    assert_eq!(
+        cache.stats().occupancy_lines,
+        14,
+        "partially mapped: let in"
+    );
+}
+
+/// `full` cuts once the free lines are fewer than the request needs plus the reserve (an
+/// eighth of this 16-line cache: 2), not only at none.
+#[test]
+fn full_cutoff_keeps_a_reserve_of_free_lines() {
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
+    cfg.policy.seq_cutoff = SeqCutoff::Full;
+    cfg.policy.seq_threshold = 64 << 10;
+    cfg.policy.seq_promotion_count = 2;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    for i in 0..16u64 {
+        cache
+            .write(1, i * 65536, &[1u8; 65536], DEFAULT_CLASS)
+            .unwrap();
+    }
+    let s = cache.stats();
+    // Request k finds 16 - k lines free: cut once 16 - k < 1 + 2.
+    assert_eq!(s.occupancy_lines, 14, "{:?}", s.counters);
+    assert_eq!(s.counters.pass_through_writes, 2);
+    assert_eq!(core.bytes(1, 15 * 65536, 65536), vec![1u8; 65536]);
 }
 
 #[test]
@@ -503,27 +551,68 @@ fn bad_shapes_are_refused() {
     assert!(Cache::open(config(StoreKind::Ram, 1 << 20, 512 << 10, Mode::Wb), core).is_err());
 }
 
+/// OCF's fallback_pt_error_threshold: requests that meet a cache device error are served by
+/// the core, and the cache goes pass-through for good only at the threshold'th of them.
 #[test]
-fn a_failed_cache_device_goes_pass_through_and_keeps_dirty_lines() {
-    let (core, cache) = ram(Mode::Wb);
+fn a_failed_cache_device_goes_pass_through_at_the_error_threshold_and_keeps_dirty_lines() {
+    let core = Arc::new(Core::default());
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb);
+    cfg.policy.error_threshold = 3;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
     core.write(1, 0, &[1u8; 65536]).unwrap();
     assert_eq!(read(&cache, 1, 0, 65536), vec![1u8; 65536]); // cached, clean
     cache.write(2, 0, &[2u8; 4096], DEFAULT_CLASS).unwrap(); // dirty
     cache.fail_store();
-    // Clean data: served from the core, the call succeeds.
+    // Clean data: served from the core, the call succeeds; the cache is still in use.
     assert_eq!(read(&cache, 1, 0, 65536), vec![1u8; 65536]);
-    assert!(cache.failed());
+    assert_eq!(read(&cache, 1, 0, 65536), vec![1u8; 65536]);
     let s = cache.stats();
-    assert!(s.failed && s.counters.cache_errors > 0);
-    // New writes go to the core.
+    assert!(!s.failed, "2 error requests of 3");
+    assert_eq!((s.error_requests, s.error_threshold), (2, 3));
+    assert_eq!(s.counters.cache_read_errors, 2);
+    assert_eq!(s.counters.cache_write_errors, 0);
+    // A write miss that cannot reach the cache goes to the core: the third error request.
     cache.write(3, 0, &[3u8; 4096], DEFAULT_CLASS).unwrap();
     assert_eq!(core.bytes(3, 0, 4096), vec![3u8; 4096]);
+    let s = cache.stats();
+    assert!(s.failed, "the threshold is reached");
+    assert_eq!(s.counters.cache_write_errors, 1);
+    assert_eq!(s.counters.cache_errors, 3);
+    assert_eq!(
+        (s.counters.core_read_errors, s.counters.core_write_errors),
+        (0, 0)
+    );
+    // From now on nothing goes to the cache: no more cache errors for clean data.
+    cache.write(4, 0, &[4u8; 4096], DEFAULT_CLASS).unwrap();
+    assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
+    assert_eq!(cache.stats().counters.cache_errors, 3);
     // The dirty line cannot be read back: EIO for it, and it is not dropped.
     let mut b = vec![0u8; 4096];
     assert!(cache.read(2, 0, &mut b, DEFAULT_CLASS).is_err());
     assert_eq!(cache.stats().dirty_lines, 1);
     assert!(cache.flush_all(&mut |_, _| {}).is_err());
     assert_eq!(cache.stats().dirty_lines, 1);
+
+    // Threshold 1: the first error request (stripefs's behaviour before the threshold).
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
+    cfg.policy.error_threshold = 1;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    read(&cache, 1, 0, 4096);
+    cache.fail_store();
+    assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
+    assert!(cache.failed());
+    // Threshold 0: never; every request is served, by the core.
+    let mut cfg = config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wt);
+    cfg.policy.error_threshold = 0;
+    let cache = Cache::open(cfg, core.clone()).unwrap();
+    read(&cache, 1, 0, 4096);
+    cache.fail_store();
+    for _ in 0..50 {
+        assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
+    }
+    let s = cache.stats();
+    assert!(!s.failed);
+    assert_eq!(s.error_requests, 50);
 }
 
 /// Recovery that cuts a line's dirty sectors past the committed size leaves the line on the
