@@ -352,7 +352,8 @@ fn ignored_mode_and_removed_config_targets_are_told() {
         stdout(&out)
     );
     assert!(
-        stderr(&out).contains("it comes back on this folder at the next mount; remove it from the config"),
+        stderr(&out)
+            .contains("it comes back on this folder at the next mount; remove it from the config"),
         "{}",
         stderr(&out)
     );

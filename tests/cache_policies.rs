@@ -1,0 +1,107 @@
+//! The cache's promotion and cutoff policies on a mounted volume, read back from
+//! `stripefs stats --json` as Open CAS users read `casadm -P`: sequential cutoff by stream,
+//! nhit promotion with its trigger threshold. (The cleaning policies have theirs in
+//! tests/cache.rs; every policy's unit tests drive it on an injectable clock in cache/.)
+
+mod common;
+
+use common::*;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+const LINE: usize = 64 << 10;
+
+fn counters(v: &TestVolume) -> serde_json::Value {
+    let stats: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["stats", v.mnt_str(), "--json"])).unwrap();
+    stats["cache"]["counters"].clone()
+}
+
+/// Reads `len` bytes at `offset` with O_DIRECT, so every request reaches the daemon.
+fn direct_read(f: &File, offset: u64, len: usize) {
+    let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+    // SAFETY: allocated with a non-zero size, freed below with the same layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: `ptr` holds `len` initialised bytes until it is freed.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+    f.read_exact_at(buf, offset).unwrap();
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+}
+
+fn volume(policies: &str) -> TestVolume {
+    let mut v = TestVolume::new(
+        1,
+        "64K",
+        &format!("[cache]\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wt\"\n{policies}"),
+    );
+    v.mount();
+    // 4 MiB of data on the devices; the remount starts the (RAM) cache and its counters empty.
+    std::fs::write(v.path("f"), vec![5u8; 4 << 20]).unwrap();
+    v.remount();
+    v
+}
+
+fn open_direct(v: &TestVolume) -> File {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(v.path("f"))
+        .unwrap()
+}
+
+/// `always` with a 1M threshold: a sequential stream read in 128K requests is cached until
+/// its bytes with the next request reach 1M (7 requests), and passes through from there;
+/// random reads are never cut.
+#[test]
+fn a_sequential_stream_passes_through_once_it_reaches_the_threshold() {
+    let mut v = volume(
+        "[cache.seq_cutoff]\npolicy = \"always\"\nthreshold = \"1M\"\npromotion_count = 1\n",
+    );
+    let f = open_direct(&v);
+    for i in 0..32u64 {
+        direct_read(&f, i * (128 << 10), 128 << 10);
+    }
+    let c = counters(&v);
+    assert_eq!(c["read_full_misses"], 7, "{c}");
+    assert_eq!(c["pass_through_reads"], 25, "{c}");
+    // Random single lines, far apart: no stream, no cut; they are hits or misses.
+    for i in [40u64, 3, 57, 12, 33] {
+        direct_read(&f, i * LINE as u64, LINE);
+    }
+    let c = counters(&v);
+    assert_eq!(c["pass_through_reads"], 25, "a random read was cut: {c}");
+    drop(f);
+    v.umount();
+}
+
+/// nhit with `hits = 3` and the trigger at 0 (nhit from the first line): a line is inserted on
+/// its third miss; the two before pass through, the read after is a hit. With the trigger at
+/// its default (80 %) an almost empty cache inserts every miss at once.
+#[test]
+fn nhit_inserts_a_line_on_its_third_miss_above_the_trigger_threshold() {
+    let mut v = volume("[cache.promotion]\npolicy = \"nhit\"\nhits = 3\ntrigger_threshold = 0\n");
+    let f = open_direct(&v);
+    for _ in 0..4 {
+        direct_read(&f, 10 * LINE as u64, LINE);
+    }
+    let c = counters(&v);
+    assert_eq!(c["pass_through_reads"], 2, "{c}");
+    assert_eq!(c["read_full_misses"], 1, "{c}");
+    assert_eq!(c["read_hits"], 1, "{c}");
+    drop(f);
+    v.umount();
+
+    let mut v = volume("[cache.promotion]\npolicy = \"nhit\"\nhits = 3\n");
+    let f = open_direct(&v);
+    direct_read(&f, 10 * LINE as u64, LINE);
+    direct_read(&f, 10 * LINE as u64, LINE);
+    let c = counters(&v);
+    assert_eq!(c["read_full_misses"], 1, "{c}");
+    assert_eq!(
+        c["read_hits"], 1,
+        "below the trigger every miss inserts: {c}"
+    );
+    drop(f);
+    v.umount();
+}
