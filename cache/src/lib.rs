@@ -16,7 +16,9 @@ mod stats;
 mod store;
 
 pub use attach::{cache_file, inspect, Inspection};
-pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, StoreKind};
+pub use engine::{
+    Cache, CacheConfig, CacheError, DirtyRun, MetadataMemory, Purged, StoreKind,
+};
 pub use mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
 
