@@ -319,15 +319,12 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         Key::Control => {
             Ok(format!("stripefs protocol={PROTOCOL} pid={}", std::process::id()).into_bytes())
         }
-        Key::Flush
-        | Key::Migrate
-        | Key::Shift
-        | Key::Failpoint
-        | Key::Attach
-        | Key::Detach => refuse(
-            libc::ENODATA,
-            format!("{} can be set, not read", name_of(key)),
-        ),
+        Key::Flush | Key::Migrate | Key::Shift | Key::Failpoint | Key::Attach | Key::Detach => {
+            refuse(
+                libc::ENODATA,
+                format!("{} can be set, not read", name_of(key)),
+            )
+        }
         Key::Status
         | Key::Usage
         | Key::Stats
@@ -651,9 +648,10 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
                 match part.split_once('=') {
                     Some(("path", p)) if p.starts_with('/') => with.path = Some(p.into()),
                     Some(("size", v)) => {
-                        with.size = Some(mountcfg::parse_size(v).map_err(|e| {
-                            Error::Refused(libc::EINVAL, format!("size={v}: {e}"))
-                        })?)
+                        with.size =
+                            Some(mountcfg::parse_size(v).map_err(|e| {
+                                Error::Refused(libc::EINVAL, format!("size={v}: {e}"))
+                            })?)
                     }
                     _ if part == "1" => {}
                     _ => {
@@ -703,12 +701,9 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             }
         }
         Key::Shift => shift(engine, caller, ino, value),
-        Key::LayoutJson
-        | Key::Status
-        | Key::Usage
-        | Key::Targets
-        | Key::Control
-        | Key::Error => read_only(key),
+        Key::LayoutJson | Key::Status | Key::Usage | Key::Targets | Key::Control | Key::Error => {
+            read_only(key)
+        }
         Key::Stats
         | Key::Mode
         | Key::Attach

@@ -767,9 +767,7 @@ impl Engine {
             return Ok(());
         }
         if let Some((_, cache)) = self.cached() {
-            cache
-                .truncate(inode.object, inode.size)
-                .map_err(io_error)?;
+            cache.truncate(inode.object, inode.size).map_err(io_error)?;
         }
         self.volume.truncate(inode.object, layout, inode.size)?;
         self.pending_cuts.lock().remove(&inode.ino);
@@ -1157,34 +1155,34 @@ impl Engine {
                 attr_timeout_ms: m.attr_timeout.as_millis() as u64,
                 commit_interval_ms: m.commit_interval.as_millis() as u64,
             },
-            cache: self.caching.as_ref().map(|c| match c.cache().map(|k| k.stats()) {
-                Some(st) => CacheSummary {
-                    state: if st.failed { "failed" } else { "ok" }.into(),
-                    store: st.store,
-                    path: st.path,
-                    size_bytes: st.size_bytes,
-                    line_size: st.line_size,
-                    default_mode: st.default_mode,
-                    occupancy_lines: st.occupancy_lines,
-                    dirty_lines: st.dirty_lines,
-                    targets: c.targets(&self.ns).len(),
-                },
-                // `stripefs cache detach`: requests go to the devices.
-                None => CacheSummary {
-                    state: "detached".into(),
-                    store: "none".into(),
-                    path: None,
-                    size_bytes: 0,
-                    line_size: 0,
-                    default_mode: c
-                        .default_class()
-                        .map_or("pt", |d| d.mode.name())
-                        .into(),
-                    occupancy_lines: 0,
-                    dirty_lines: 0,
-                    targets: c.targets(&self.ns).len(),
-                },
-            }),
+            cache: self
+                .caching
+                .as_ref()
+                .map(|c| match c.cache().map(|k| k.stats()) {
+                    Some(st) => CacheSummary {
+                        state: if st.failed { "failed" } else { "ok" }.into(),
+                        store: st.store,
+                        path: st.path,
+                        size_bytes: st.size_bytes,
+                        line_size: st.line_size,
+                        default_mode: st.default_mode,
+                        occupancy_lines: st.occupancy_lines,
+                        dirty_lines: st.dirty_lines,
+                        targets: c.targets(&self.ns).len(),
+                    },
+                    // `stripefs cache detach`: requests go to the devices.
+                    None => CacheSummary {
+                        state: "detached".into(),
+                        store: "none".into(),
+                        path: None,
+                        size_bytes: 0,
+                        line_size: 0,
+                        default_mode: c.default_class().map_or("pt", |d| d.mode.name()).into(),
+                        occupancy_lines: 0,
+                        dirty_lines: 0,
+                        targets: c.targets(&self.ns).len(),
+                    },
+                }),
             uptime_secs: self.started.elapsed().as_secs(),
         })
     }

@@ -19,7 +19,10 @@ fn class<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"].as_str().unwrap_or("").contains(name))
+        .find(|c| {
+            c["name"].as_str().unwrap_or("").contains(name)
+                || c["class_name"].as_str().unwrap_or("").contains(name)
+        })
         .unwrap_or_else(|| panic!("no class {name} in {stats}"))
 }
 

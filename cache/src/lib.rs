@@ -16,9 +16,7 @@ mod stats;
 mod store;
 
 pub use attach::{cache_file, inspect, Inspection};
-pub use engine::{
-    Cache, CacheConfig, CacheError, DirtyRun, MetadataMemory, Purged, StoreKind,
-};
+pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, MetadataMemory, Purged, StoreKind};
 pub use mode::{ClassConfig, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
 

@@ -48,7 +48,10 @@ impl Caching {
     pub fn detach(&self, ns: &Namespace) -> Result<Detached> {
         let _one = self.opened.lock();
         let Some(cache) = self.cache.read().clone() else {
-            return Err(refused(libc::EALREADY, "the cache is detached already".into()));
+            return Err(refused(
+                libc::EALREADY,
+                "the cache is detached already".into(),
+            ));
         };
         let dirty_before = cache.stats().dirty_lines;
         let saved = cache.class_configs();
@@ -123,7 +126,10 @@ impl Caching {
     pub fn attach(&self, with: AttachWith) -> Result<()> {
         let mut opened = self.opened.lock();
         if self.cache.read().is_some() {
-            return Err(refused(libc::EALREADY, "the cache is attached already".into()));
+            return Err(refused(
+                libc::EALREADY,
+                "the cache is attached already".into(),
+            ));
         }
         let mut section = opened.section.clone();
         if let Some(p) = with.path {

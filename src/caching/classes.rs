@@ -29,9 +29,9 @@ impl Caching {
                 old.class
             }
             None => {
-                c.class = cache
-                    .as_ref()
-                    .map_or(cache::DEFAULT_CLASS, |k| k.add_class(c.setting.config(name)));
+                c.class = cache.as_ref().map_or(cache::DEFAULT_CLASS, |k| {
+                    k.add_class(c.setting.config(name))
+                });
                 classes.push(c);
                 classes[classes.len() - 1].class
             }

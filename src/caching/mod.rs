@@ -14,10 +14,10 @@ pub mod report;
 
 use crate::error::{errno, Error, Result};
 use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};
+pub use attachment::{AttachWith, Detached};
 use cache::{
     Cache, CacheConfig, ClassConfig, ClassId, Mode, Policy, Promotion, SeqCutoff, StoreKind,
 };
-pub use attachment::{AttachWith, Detached};
 use classifier::{ClassSetting, IoClass, NameView, Resolved};
 use dashmap::DashMap;
 use mountcfg::Direction;

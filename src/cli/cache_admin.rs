@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Subcommand)]
 pub enum CacheAction {
     /// Drop the clean lines of the whole cache, of a target folder, or of one file
-    #[command(after_help = "Dirty lines are kept (they hold data the devices lack): \
+    #[command(
+        after_help = "Dirty lines are kept (they hold data the devices lack): \
         `stripefs flush` writes them back. The whole cache: root or the user who mounted; a \
         target folder or a file: its owner too.\n\n\
-        Example:\n  stripefs cache purge /mnt/vol vm-images")]
+        Example:\n  stripefs cache purge /mnt/vol vm-images"
+    )]
     Purge {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
@@ -20,17 +22,21 @@ pub enum CacheAction {
         path: Option<PathBuf>,
     },
     /// Write every dirty line back and run the volume without its cache, online
-    #[command(after_help = "I/O goes on meanwhile; the volume records durably that no \
+    #[command(
+        after_help = "I/O goes on meanwhile; the volume records durably that no \
         cache holds its data. Root or the user who mounted only.\n\n\
-        Example:\n  stripefs cache detach /mnt/vol")]
+        Example:\n  stripefs cache detach /mnt/vol"
+    )]
     Detach {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
     },
     /// Bring the cache back on a mounted volume: the config's, or another file store
-    #[command(after_help = "The cache starts empty. Root or the user who mounted only.\n\n\
+    #[command(
+        after_help = "The cache starts empty. Root or the user who mounted only.\n\n\
         Example:\n  stripefs cache attach /mnt/vol\n  stripefs cache attach /mnt/vol --path \
-        /ssd2/stripefs --size 8G")]
+        /ssd2/stripefs --size 8G"
+    )]
     Attach {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
@@ -83,11 +89,7 @@ pub fn cache(action: CacheAction) -> Result<()> {
                 None => root.clone(),
             };
             let (clean, _) = lines_in_reach(&at)?;
-            xattr::control_set(&at, "purge", b"1").map_err(refusal(
-                "cache purge",
-                &at,
-                "purge",
-            ))?;
+            xattr::control_set(&at, "purge", b"1").map_err(refusal("cache purge", &at, "purge"))?;
             let (left, dirty) = lines_in_reach(&at)?;
             println!(
                 "{}: dropped {} clean lines{}",
@@ -140,8 +142,7 @@ pub fn cache(action: CacheAction) -> Result<()> {
                 value = format!("path={shown}");
             }
             if let Some(s) = size {
-                mountcfg::parse_size(&s)
-                    .map_err(|e| Error::Usage(format!("--size {s}: {e}")))?;
+                mountcfg::parse_size(&s).map_err(|e| Error::Usage(format!("--size {s}: {e}")))?;
                 value += &format!(" size={s}");
             }
             xattr::control_set(&root, "attach", value.as_bytes()).map_err(refusal(

@@ -149,8 +149,10 @@ enum Command {
         action: ClassAction,
     },
     /// Cache statistics, as casadm -P shows them
-    #[command(after_help = "Examples:\n  stripefs stats /mnt/vol --watch\n  stripefs stats \
-        /mnt/vol --format prometheus\n  stripefs stats /mnt/vol --reset")]
+    #[command(
+        after_help = "Examples:\n  stripefs stats /mnt/vol --watch\n  stripefs stats \
+        /mnt/vol --format prometheus\n  stripefs stats /mnt/vol --reset"
+    )]
     Stats {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
@@ -168,9 +170,11 @@ enum Command {
         reset: bool,
     },
     /// Write dirty cache lines back: all of them, or a target folder's or a file's
-    #[command(after_help = "The whole cache: root or the user who mounted only; a target \
+    #[command(
+        after_help = "The whole cache: root or the user who mounted only; a target \
         folder or a file: its owner too.\n\n\
-        Examples:\n  stripefs flush /mnt/vol\n  stripefs flush /mnt/vol vm-images")]
+        Examples:\n  stripefs flush /mnt/vol\n  stripefs flush /mnt/vol vm-images"
+    )]
     Flush {
         /// Any path on the mounted volume
         mountpoint: PathBuf,

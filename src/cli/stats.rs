@@ -29,8 +29,11 @@ pub fn stats(path: &Path, format: StatsFormat, watch: bool, reset: bool) -> Resu
     let root = resolve(path)?.root;
     let mountpoint = root.as_path();
     if reset {
-        xattr::control_set(mountpoint, "stats", b"reset")
-            .map_err(refusal("stats --reset", mountpoint, "stats"))?;
+        xattr::control_set(mountpoint, "stats", b"reset").map_err(refusal(
+            "stats --reset",
+            mountpoint,
+            "stats",
+        ))?;
         println!(
             "{}: cache statistics reset (every counter, per class and in total)",
             mountpoint.display()
@@ -330,7 +333,13 @@ fn screen(mountpoint: &Path, status: &Value, s: &Value, cols: usize, rows: usize
             + n(&c["read_partial_misses"])
             + n(&c["read_full_misses"])
             + n(&c["pass_through_reads"]);
-        let ratio = |x: u64, of: u64| if of == 0 { 0.0 } else { 100.0 * x as f64 / of as f64 };
+        let ratio = |x: u64, of: u64| {
+            if of == 0 {
+                0.0
+            } else {
+                100.0 * x as f64 / of as f64
+            }
+        };
         lines.push(format!(
             "requests: {} serviced of {}, read hits {:.1}%",
             n(&s["serviced_requests"]),
@@ -376,11 +385,7 @@ fn screen(mountpoint: &Path, status: &Value, s: &Value, cols: usize, rows: usize
                 c["dirty_for_secs"]
                     .as_f64()
                     .map_or("-".into(), |d| format!("{d:.0}")),
-                format!(
-                    "{}/{}",
-                    n(&c["serviced_requests"]),
-                    n(&c["total_requests"])
-                )
+                format!("{}/{}", n(&c["serviced_requests"]), n(&c["total_requests"]))
             ));
         }
         if shown < classes.len() {
@@ -555,4 +560,3 @@ fn print_stats(s: &serde_json::Value) {
         print_counters(&title, c);
     }
 }
-

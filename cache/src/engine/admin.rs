@@ -189,8 +189,7 @@ impl Cache {
         // hashbrown keeps capacity at 7/8 of its buckets; each bucket is an entry plus one
         // control byte.
         let buckets = |cap: usize| (cap as u64 * 8).div_ceil(7);
-        let index_bytes =
-            buckets(g.index.capacity()) * (size_of::<((u64, u64), u32)>() as u64 + 1);
+        let index_bytes = buckets(g.index.capacity()) * (size_of::<((u64, u64), u32)>() as u64 + 1);
         let objects_bytes = buckets(g.objects.capacity())
             * (size_of::<(u64, BTreeSet<u64>)>() as u64 + 1)
             + g.index.len() as u64 * 16;
