@@ -150,7 +150,7 @@ enum Command {
     },
     /// Cache statistics, as casadm -P shows them
     #[command(
-        after_help = "Examples:\n  stripefs stats /mnt/vol --watch\n  stripefs stats \
+        after_help = "Example:\n  stripefs stats /mnt/vol --watch\n  stripefs stats \
         /mnt/vol --format prometheus\n  stripefs stats /mnt/vol --reset"
     )]
     Stats {
@@ -173,7 +173,7 @@ enum Command {
     #[command(
         after_help = "The whole cache: root or the user who mounted only; a target \
         folder or a file: its owner too.\n\n\
-        Examples:\n  stripefs flush /mnt/vol\n  stripefs flush /mnt/vol vm-images"
+        Example:\n  stripefs flush /mnt/vol\n  stripefs flush /mnt/vol vm-images"
     )]
     Flush {
         /// Any path on the mounted volume

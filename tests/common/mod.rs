@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stripefs");
 
-/// Runs a command, killing it if it outlives `timeout`.
+/// Runs a command, killing it if it outlives `timeout`. Its output is read while it runs, so
+/// a command that prints more than a pipe holds (64 KiB) does not wait on us forever.
 pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
@@ -17,39 +18,35 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = r.read_to_end(&mut out);
+            out
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if start.elapsed() > timeout {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
             panic!(
                 "{cmd:?} timed out after {timeout:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr.join().unwrap_or_default())
             );
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut out = Output {
-        status: child.wait().expect("status"),
-        stdout: Vec::new(),
-        stderr: Vec::new(),
     };
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut out.stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_end(&mut out.stderr)
-        .unwrap();
-    out
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
 
 /// `stripefs ARGS`, bounded in time.
