@@ -544,3 +544,66 @@ fn check_exposition(text: &str) {
     }
     assert!(text.ends_with('\n'));
 }
+
+/// After `mode --no-flush` the dirty lines are the cleaner's: it writes them back in the new
+/// mode as it would have in the old one.
+#[test]
+fn the_cleaner_writes_back_what_a_mode_switch_left_dirty() {
+    let cfg = "[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wb\"\n\
+               [cache.cleaner]\nstaleness = \"3s\"\nwake_up = \"1s\"\n";
+    let mut v = TestVolume::new(2, "64K", cfg);
+    v.mount();
+    let data = Rng::new(7).bytes(1 << 20);
+    fs::write(v.path("f"), &data).unwrap();
+    stripefs_ok(&["mode", v.mnt_str(), "wt", "--no-flush"]);
+    assert!(n(&stats(&v)["dirty_lines"]) > 0, "left dirty by the switch");
+    let t = Instant::now();
+    while n(&stats(&v)["dirty_lines"]) > 0 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = stats(&v);
+    assert_eq!(n(&s["dirty_lines"]), 0, "the cleaner wrote them back: {s}");
+    assert!(n(&s["cleaned_lines"]) >= 16);
+    assert!(objects_bytes(&v, &v.path("f")) >= data.len() as u64);
+}
+
+/// A crash at each step of a detach leaves a volume that mounts with its cache and has lost
+/// nothing acknowledged.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_during_detach_loses_nothing() {
+    for point in ["cache.detach-flushed", "cache.detach-recorded"] {
+        let mut v = TestVolume::new(2, "64K", "");
+        file_store(&v, "ssd");
+        v.mount();
+        let data = Rng::new(8).bytes(1 << 20);
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(v.path("a"))
+            .unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        assert!(n(&stats(&v)["dirty_lines"]) > 0);
+        let pid = v.daemon_pid();
+        setxattr(
+            &v.mnt,
+            "user.stripefs.failpoint",
+            format!("{point}=return(crash)").as_bytes(),
+        )
+        .unwrap();
+        let out = stripefs(&["cache", "detach", v.mnt_str()]);
+        assert!(
+            !out.status.success(),
+            "{point}: the daemon died in the detach"
+        );
+        v.forget_dead_daemon(pid);
+        v.mount();
+        assert!(fs::read(v.path("a")).unwrap() == data, "{point}: data lost");
+        assert_eq!(stats(&v)["state"], "attached", "{point}");
+        v.umount();
+        v.assert_fsck_clean(point);
+    }
+}

@@ -246,6 +246,7 @@ fn cache_points() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|p| p.starts_with("cache."))
+        .filter(|p| !faultpoint::OWN_TESTS.contains(p))
         .collect()
 }
 

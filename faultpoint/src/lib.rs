@@ -31,12 +31,18 @@ pub const POINTS: &[&str] = &[
     "rescue.save",
     "namespace.store-write",
     "namespace.reopen",
+    "cache.detach-flushed",
+    "cache.detach-recorded",
 ];
 
 /// Points whose error the daemon recovers from without the caller seeing one (a failed
 /// store write: the store is reopened and written again), so the generic suite cannot tell
 /// they fired; their own tests check them (tests/full_volume.rs).
 pub const RECOVERED: &[&str] = &["namespace.store-write", "namespace.reopen"];
+
+/// Points that only a command the generic workload does not run reaches (`stripefs cache
+/// detach`); their own tests arm them (tests/cache_controls.rs).
+pub const OWN_TESTS: &[&str] = &["cache.detach-flushed", "cache.detach-recorded"];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would
 /// (nothing flushed, no destructor run), or gives the error its argument names.
