@@ -912,7 +912,9 @@ impl Engine {
         let doomed = self.ns.sync()?;
         faultpoint::fault_point!("engine.commit-before-deletes");
         for object in doomed {
-            if let Some((_, cache)) = self.cached() {
+            // A commit may come under a request's hold of the cache (fallocate's).
+            let cache = self.caching.as_ref().and_then(|c| c.cache_nested());
+            if let Some(cache) = cache {
                 if let Err(e) = cache.forget(object) {
                     log::warn!("could not drop the cached lines of object {object}: {e}");
                 }

@@ -324,8 +324,23 @@ fn detach_and_attach_with_io_going_on() {
     assert!(n(&s["dirty_lines"]) > 0, "wb again: {s}");
     load.stop();
     assert!(fs::read(v.path("kept")).unwrap() == data);
-    // Another file store, of another size.
+    // Another file store, of another size; what is changed while detached applies then.
     stripefs_ok(&["cache", "detach", v.mnt_str()]);
+    fs::create_dir(v.path("t")).unwrap();
+    stripefs_ok(&[
+        "target",
+        "add",
+        v.path("t").to_str().unwrap(),
+        "--mode",
+        "wt",
+    ]);
+    stripefs_ok(&["mode", v.mnt_str(), "wo"]);
+    let out = stripefs(&["stats", v.mnt_str(), "--reset"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the cache is detached"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let other = v.root.path().join("ssd2");
     fs::create_dir(&other).unwrap();
     stripefs_ok(&[
@@ -339,6 +354,10 @@ fn detach_and_attach_with_io_going_on() {
     ]);
     let s = stats(&v);
     assert_eq!(n(&s["size_bytes"]), 4 << 20);
+    assert_eq!(s["default_mode"], "wo");
+    assert_eq!(class(&s, "/t")["mode"], "wt");
+    fs::write(v.path("t/x"), b"through").unwrap();
+    assert!(n(&class(&stats(&v), "/t")["occupancy_lines"]) > 0);
     assert!(s["path"]
         .as_str()
         .unwrap()

@@ -12,10 +12,11 @@ use mountcfg::Direction;
 impl Caching {
     /// Adds an IO class, or replaces the one of its name (which keeps its cache class).
     pub(super) fn put_class(&self, mut c: IoClass) -> ClassId {
+        // Detached: kept here, and given a cache class at the attach. (The attach lock
+        // before the classes' lock, as the attach takes them.)
+        let (cache, _attach) = self.cache_for_change();
         let mut classes = self.classes.write();
         let name = format!("class {}", c.name);
-        // Detached: kept here, and given a cache class at the attach.
-        let cache = self.cache();
         let id = match classes.iter_mut().find(|o| o.name == c.name) {
             Some(old) => {
                 c.class = old.class;
@@ -183,7 +184,8 @@ impl Caching {
         // Out of the classifier first, so nothing new lands in it while it is written back.
         self.classes.write().retain(|o| o.name != name);
         self.tree_changed();
-        if let Some(cache) = self.cache() {
+        let (cache, _attach) = self.cache_for_change();
+        if let Some(cache) = &cache {
             cache.remove_class(c.class).map_err(|e| {
                 (
                     e.raw_os_error().unwrap_or(libc::EIO),

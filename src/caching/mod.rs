@@ -208,6 +208,9 @@ pub struct ClassInfo {
     pub dirty_lines: u64,
 }
 
+type CacheGuard<'a> = MappedRwLockReadGuard<'a, Arc<Cache>>;
+type AttachLock<'a> = parking_lot::MutexGuard<'a, Opened>;
+
 /// What the cache was last opened with, for an attach.
 struct Opened {
     section: mountcfg::CacheSection,
@@ -415,7 +418,7 @@ impl Caching {
         let existing = self.targets.read().get(&dir).map(|t| t.class);
         let name = format!("dir {dir}");
         // Detached: kept here, and given a cache class at the attach.
-        let cache = self.cache();
+        let (cache, _attach) = self.cache_for_change();
         match existing {
             Some(class) => {
                 if let Some(cache) = &cache {
@@ -455,7 +458,8 @@ impl Caching {
         let Some(class) = self.targets.read().get(&dir).map(|t| t.class) else {
             return errno(libc::ENODATA);
         };
-        if let Some(cache) = self.cache() {
+        let (cache, _attach) = self.cache_for_change();
+        if let Some(cache) = &cache {
             cache
                 .remove_class(class)
                 .map_err(|e| Error::Usage(format!("removing target {dir}: {e}")))?;
@@ -529,6 +533,23 @@ impl Caching {
     /// would wait for the detach.
     pub fn cache(&self) -> Option<MappedRwLockReadGuard<'_, Arc<Cache>>> {
         RwLockReadGuard::try_map(self.cache.read(), Option::as_ref).ok()
+    }
+
+    /// The same, for a caller that may already hold it (a request's guard is held while it
+    /// runs, and a commit may come under one): taken even while a detach waits.
+    pub fn cache_nested(&self) -> Option<MappedRwLockReadGuard<'_, Arc<Cache>>> {
+        RwLockReadGuard::try_map(self.cache.read_recursive(), Option::as_ref).ok()
+    }
+
+    /// The cache for a change of targets or IO classes. While detached the attach lock comes
+    /// with it (hold both for the whole change), so an attach sees the change whole or not at
+    /// all and gives every target and class a class of the new cache.
+    fn cache_for_change(&self) -> (Option<CacheGuard<'_>>, Option<AttachLock<'_>>) {
+        if let Some(c) = self.cache() {
+            return (Some(c), None);
+        }
+        let attach = self.opened.lock();
+        (self.cache(), Some(attach))
     }
 
     /// The attached cache, or the refusal of a command that needs one.

@@ -26,7 +26,8 @@ impl Caching {
     /// The statistics as JSON (`user.stripefs.stats`); `{"state": "detached", ...}` while
     /// the cache is detached.
     pub fn report(&self, ns: &Namespace) -> Value {
-        let Some(cache) = self.cache().map(|c| c.clone()) else {
+        let attached = self.cache().map(|c| c.clone());
+        let Some(cache) = attached else {
             return json!({
                 "state": "detached",
                 "default_mode": self.default_class().map_or("pt", |d| d.mode.name()),
