@@ -114,7 +114,7 @@ pub fn policy_summary(policy: &Value) -> String {
     }
 }
 
-/// The counters of a scope (the volume or a class), in the order casadm shows them.
+/// The names of the counters of a scope (the volume or a class), in name order.
 fn counter_keys(c: &Value) -> Vec<String> {
     c["counters"]
         .as_object()
