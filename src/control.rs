@@ -10,11 +10,14 @@
 //! | status    | mount root  | volume status as JSON | read-only                    | -               |
 //! | usage     | mount root  | per device: objects, bytes they hold, the reason a device failed; JSON | read-only | - |
 //! | cache     | dir         | the folder's target   | make it a target (`mode=wb priority=0 allocation=1 pinned=0`) | remove the target |
-//! | stats     | mount root  | cache statistics, JSON | read-only                   | -               |
+//! | stats     | mount root  | cache statistics, JSON | `reset`: every counter to zero (root or the mounter) | - |
 //! | targets   | mount root  | folder targets, JSON (config path and current path) | read-only | -   |
 //! | classes   | mount root  | IO classes, JSON      | root or the mounter: `add name=N [directory=/vm] [extension=img,qcow2] [min_size=1G] [max_size=4G] [direction=read\|write] [mode=wb] [priority=0] [allocation=1] [min_allocation=0] [pinned=0]` (a class of that name is replaced), `rm NAME` | - |
-//! | flush     | mount root  | -                     | write every dirty line back  | -               |
-//! | mode      | mount root  | default cache mode    | change it (dirty lines written back when leaving wb/wo) | - |
+//! | flush     | mount root, target dir, file | -    | write back every dirty line (root), a target's (its class's) or a file's | - |
+//! | purge     | mount root, target dir, file | `clean_lines=N dirty_lines=M` in reach | drop the clean lines in reach; dirty ones stay | - |
+//! | mode      | mount root  | default cache mode    | `MODE [no-flush]`: change it (dirty lines written back when leaving wb/wo, unless no-flush) | - |
+//! | detach    | mount root  | -                     | root or the mounter: write everything back and run without the cache, online | - |
+//! | attach    | mount root  | -                     | root or the mounter: bring the config's cache back (`path=P size=S`: another file store) | - |
 //! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
@@ -56,8 +59,11 @@ pub enum Key {
     Targets,
     Classes,
     Flush,
+    Purge,
     Mode,
     Cleaner,
+    Attach,
+    Detach,
     Failpoint,
     Control,
     Error,
@@ -77,8 +83,11 @@ pub const KEYS: &[(&str, Key)] = &[
     ("targets", Key::Targets),
     ("classes", Key::Classes),
     ("flush", Key::Flush),
+    ("purge", Key::Purge),
     ("mode", Key::Mode),
     ("cleaner", Key::Cleaner),
+    ("attach", Key::Attach),
+    ("detach", Key::Detach),
     ("failpoint", Key::Failpoint),
     ("control", Key::Control),
     ("error", Key::Error),
@@ -268,9 +277,10 @@ fn no_such_key<T>(key: Key) -> Result<T> {
         | Key::Stats
         | Key::Targets
         | Key::Classes
-        | Key::Flush
         | Key::Mode
         | Key::Cleaner
+        | Key::Attach
+        | Key::Detach
         | Key::Failpoint => refuse(
             libc::ENODATA,
             format!("{} is on the mount's root directory only", name_of(key)),
@@ -297,26 +307,44 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
             Some(t) => Ok(t.format().into_bytes()),
             None => refuse(libc::ENODATA, "this directory is not a cache target"),
         },
-        Key::Stats if ino == ROOT => json(&caching(engine)?.cache.stats()),
+        Key::Stats if ino == ROOT => json(&caching(engine)?.report(&engine.ns)),
         Key::Targets if ino == ROOT => json(&caching(engine)?.targets(&engine.ns)),
         Key::Classes if ino == ROOT => json(&caching(engine)?.classes(&engine.ns)),
         Key::Mode if ino == ROOT => Ok(caching(engine)?
-            .cache
-            .default_mode()
-            .name()
+            .default_class()
+            .map_or("pt", |d| d.mode.name())
             .as_bytes()
             .to_vec()),
-        Key::Cleaner if ino == ROOT => Ok(crate::caching::cleaner::format(
-            &caching(engine)?.cache.policy().cleaner,
-        )
-        .into_bytes()),
+        Key::Cleaner if ino == ROOT => match caching(engine)?.cache() {
+            Some(cache) => {
+                Ok(crate::caching::cleaner::format(&cache.policy().cleaner).into_bytes())
+            }
+            None => refuse(
+                libc::ENODATA,
+                "the cache is detached (stripefs cache attach)",
+            ),
+        },
+        Key::Purge => {
+            let c = caching(engine)?;
+            let (clean, dirty) = match c.cache() {
+                Some(cache) => match scope(engine, c, ino)? {
+                    Scope::All => cache.lines_where(&|_, _| true),
+                    Scope::Class(id) => cache.lines_where(&|_, class| class == id),
+                    Scope::Object(o) => cache.lines_where(&|object, _| object == o),
+                },
+                None => (0, 0),
+            };
+            Ok(format!("clean_lines={clean} dirty_lines={dirty}").into_bytes())
+        }
         Key::Control => {
             Ok(format!("stripefs protocol={PROTOCOL} pid={}", std::process::id()).into_bytes())
         }
-        Key::Flush | Key::Migrate | Key::Shift | Key::Failpoint => refuse(
-            libc::ENODATA,
-            format!("{} can be set, not read", name_of(key)),
-        ),
+        Key::Flush | Key::Migrate | Key::Shift | Key::Failpoint | Key::Attach | Key::Detach => {
+            refuse(
+                libc::ENODATA,
+                format!("{} can be set, not read", name_of(key)),
+            )
+        }
         Key::Status
         | Key::Usage
         | Key::Stats
@@ -354,6 +382,60 @@ fn volume_admin(uid: u32, what: &str) -> Result<()> {
             libc::EPERM,
             format!("only root or the user who mounted the volume may {what} (you are uid {uid})"),
         )
+    }
+}
+
+/// What a flush or a purge on an inode reaches.
+enum Scope {
+    /// The mount root: the whole cache.
+    All,
+    /// A target folder: the lines of its class.
+    Class(cache::ClassId),
+    /// A file: its lines.
+    Object(u64),
+}
+
+fn scope(engine: &Engine, c: &crate::caching::Caching, ino: u64) -> Result<Scope> {
+    if ino == ROOT {
+        return Ok(Scope::All);
+    }
+    let inode = engine.ns.get(ino)?;
+    match inode.kind {
+        Kind::File => Ok(Scope::Object(inode.object)),
+        Kind::Dir => match c.target_class(ino) {
+            Some(id) => Ok(Scope::Class(id)),
+            None => refuse(
+                libc::EINVAL,
+                "this folder is not a cache target: name a target folder, a file, or the \
+                 mount's root (the whole cache)",
+            ),
+        },
+        other => refuse(
+            libc::EINVAL,
+            format!(
+                "only the mount root, a target folder or a file has cache lines; this is {}",
+                kind_name(other)
+            ),
+        ),
+    }
+}
+
+/// The whole cache is root's and the mounter's; a target folder or a file is its owner's too.
+fn may_reach(engine: &Engine, uid: u32, ino: u64, scope: &Scope, what: &str) -> Result<()> {
+    if is_volume_admin(uid) {
+        return Ok(());
+    }
+    let owner = engine.ns.get(ino)?.uid;
+    match scope {
+        Scope::All => volume_admin(uid, &format!("{what} the whole cache")),
+        _ if owner == uid => Ok(()),
+        _ => refuse(
+            libc::EPERM,
+            format!(
+                "only its owner (uid {owner}), root or the user who mounted may {what} it (you \
+                 are uid {uid})"
+            ),
+        ),
     }
 }
 
@@ -486,44 +568,144 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             }
             c.set_target(&engine.ns, ino, setting, false)
         }
-        Key::Flush if ino == ROOT => {
-            volume_admin(uid, "flush the cache")?;
+        Key::Flush => {
             let c = caching(engine)?;
-            c.cache.flush_all(&mut |_, _| {}).map_err(|e| {
+            let scope = scope(engine, c, ino)?;
+            may_reach(engine, uid, ino, &scope, "flush")?;
+            // Detached: nothing is dirty.
+            let Some(cache) = c.cache() else {
+                return Ok(());
+            };
+            let r = match scope {
+                Scope::All => cache.flush_all(&mut |_, _| {}),
+                Scope::Class(id) => cache.flush_class(id),
+                Scope::Object(o) => cache.flush_object(o),
+            };
+            r.map_err(|e| {
                 Error::Refused(
                     e.raw_os_error().unwrap_or(libc::EIO),
                     format!(
                         "the flush stopped: {e}; {} dirty lines are left (stripefs status shows \
                          the devices' errors)",
-                        c.cache.stats().dirty_lines
+                        cache.stats().dirty_lines
                     ),
                 )
             })
+        }
+        Key::Purge => {
+            let c = caching(engine)?;
+            let scope = scope(engine, c, ino)?;
+            may_reach(engine, uid, ino, &scope, "purge")?;
+            let Some(cache) = c.cache() else {
+                return Ok(());
+            };
+            let purged = match scope {
+                Scope::All => cache.purge_where(&|_, _| true),
+                Scope::Class(id) => cache.purge_where(&|_, class| class == id),
+                Scope::Object(o) => cache.purge_where(&|object, _| object == o),
+            }
+            .map_err(|e| {
+                Error::Refused(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("the purge stopped: {e}"),
+                )
+            })?;
+            log::info!(
+                "purged {} clean lines of {}; {} dirty lines kept, {} in use left",
+                purged.lines,
+                crate::caching::path_of(&engine.ns, ino),
+                purged.dirty_kept,
+                purged.busy
+            );
+            Ok(())
+        }
+        Key::Stats if ino == ROOT => {
+            volume_admin(uid, "reset the cache statistics")?;
+            let c = caching(engine)?;
+            match text(value)? {
+                "reset" => {
+                    c.attached()?.reset_counters();
+                    Ok(())
+                }
+                other => refuse(
+                    libc::EINVAL,
+                    format!("\"{other}\": the only value is `reset` (every counter to zero)"),
+                ),
+            }
         }
         Key::Mode if ino == ROOT => {
             volume_admin(uid, "change the default cache mode")?;
             let c = caching(engine)?;
             let t = text(value)?;
-            let mode = cache::Mode::parse(t).ok_or_else(|| {
+            let mut words = t.split_whitespace();
+            let name = words.next().unwrap_or("");
+            let mode = cache::Mode::parse(name).ok_or_else(|| {
                 Error::Refused(
                     libc::EINVAL,
-                    format!("mode \"{t}\": must be wt, wb, wa, wi, wo or pt"),
+                    format!("mode \"{name}\": must be wt, wb, wa, wi, wo or pt"),
                 )
             })?;
-            c.set_default_mode(mode)
+            let keep_dirty = match (words.next(), words.next()) {
+                (None, _) => false,
+                (Some("no-flush"), None) => true,
+                _ => {
+                    return refuse(
+                        libc::EINVAL,
+                        format!("\"{t}\": the value is `MODE` or `MODE no-flush`"),
+                    )
+                }
+            };
+            c.set_default_mode(mode, keep_dirty)
+        }
+        Key::Detach if ino == ROOT => {
+            volume_admin(uid, "detach the cache")?;
+            caching(engine)?.detach(&engine.ns).map(|_| ())
+        }
+        Key::Attach if ino == ROOT => {
+            volume_admin(uid, "attach the cache")?;
+            let c = caching(engine)?;
+            let mut with = crate::caching::AttachWith::default();
+            for part in text(value)?.split_whitespace() {
+                match part.split_once('=') {
+                    Some(("path", p)) if p.starts_with('/') => with.path = Some(p.into()),
+                    Some(("size", v)) => {
+                        with.size =
+                            Some(mountcfg::parse_size(v).map_err(|e| {
+                                Error::Refused(libc::EINVAL, format!("size={v}: {e}"))
+                            })?)
+                    }
+                    _ if part == "1" => {}
+                    _ => {
+                        return refuse(
+                            libc::EINVAL,
+                            format!(
+                                "\"{part}\": the value is empty, or `path=/ABSOLUTE/PATH` and \
+                                 `size=SIZE` for a file store other than the config's"
+                            ),
+                        )
+                    }
+                }
+            }
+            c.attach(with)
         }
         Key::Cleaner if ino == ROOT => {
             volume_admin(uid, "change the cleaner")?;
             let c = caching(engine)?;
             let spec = text(value)?;
-            let now = c.cache.policy().cleaner;
+            let Some(cache) = c.cache() else {
+                return refuse(
+                    libc::ENODATA,
+                    "the cache is detached: the cleaner is set once it is attached",
+                );
+            };
+            let now = cache.policy().cleaner;
             let new = crate::caching::cleaner::parse(spec, &now)
                 .or_else(|why| refuse(libc::EINVAL, format!("cleaner: {why}")))?;
             log::info!(
                 "uid {uid} set the cleaner: {}",
                 crate::caching::cleaner::format(&new)
             );
-            c.cache.set_cleaner(new);
+            cache.set_cleaner(new);
             Ok(())
         }
         Key::Failpoint if ino == ROOT && uid == 0 => {
@@ -560,16 +742,17 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             }
         }
         Key::Shift => shift(engine, caller, ino, value),
-        Key::LayoutJson
-        | Key::Status
-        | Key::Usage
-        | Key::Stats
-        | Key::Targets
-        | Key::Control
-        | Key::Error => read_only(key),
-        Key::Flush | Key::Mode | Key::Cleaner | Key::Failpoint | Key::Classes | Key::Unknown => {
-            no_such_key(key)
+        Key::LayoutJson | Key::Status | Key::Usage | Key::Targets | Key::Control | Key::Error => {
+            read_only(key)
         }
+        Key::Stats
+        | Key::Mode
+        | Key::Attach
+        | Key::Detach
+        | Key::Cleaner
+        | Key::Failpoint
+        | Key::Classes
+        | Key::Unknown => no_such_key(key),
     }
 }
 
@@ -645,7 +828,14 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Cleaner
         | Key::Control
         | Key::Error => read_only(key),
-        Key::Migrate | Key::Shift | Key::Flush | Key::Failpoint | Key::Unknown => no_such_key(key),
+        Key::Migrate
+        | Key::Shift
+        | Key::Flush
+        | Key::Purge
+        | Key::Attach
+        | Key::Detach
+        | Key::Failpoint
+        | Key::Unknown => no_such_key(key),
     }
 }
 

@@ -285,7 +285,8 @@ pub struct Status {
 
 #[derive(Serialize)]
 pub struct CacheSummary {
-    /// "ok", or "failed" once the cache device failed (then everything is pass-through).
+    /// "ok", "failed" once the cache device failed (then everything is pass-through), or
+    /// "detached" (`stripefs cache detach`: no cache until `stripefs cache attach`).
     pub state: String,
     pub store: String,
     pub path: Option<String>,
@@ -499,6 +500,18 @@ impl Engine {
         })
     }
 
+    /// The attached cache, held for one request (a detach waits for it), with the caching
+    /// that classifies the request. `None` without a cache or while it is detached.
+    pub(crate) fn cached(
+        &self,
+    ) -> Option<(
+        &Caching,
+        parking_lot::MappedRwLockReadGuard<'_, Arc<cache::Cache>>,
+    )> {
+        let c = self.caching.as_ref()?;
+        Some((c, c.cache()?))
+    }
+
     /// The layout the volume gives new files: the config's, checked against the device count.
     pub fn volume_layout(&self) -> Layout {
         Layout::new(self.config.volume.stripe_size, self.config.width(), 0)
@@ -561,10 +574,11 @@ impl Engine {
             return done(Ok(IoBuf::zeroed(0)));
         }
         let len = (inode.size - offset).min(size as u64) as usize;
-        if let Some(c) = &self.caching {
+        if let Some((c, cache)) = self.cached() {
             let class = c.class_of(&self.ns, ino, inode.size, mountcfg::Direction::Read);
             let mut buf = IoBuf::zeroed(len);
-            let r = c.cache.read(inode.object, offset, &mut buf, class);
+            let r = cache.read(inode.object, offset, &mut buf, class);
+            drop(cache);
             if r.is_ok() {
                 self.ns.note_read(ino);
             }
@@ -632,7 +646,7 @@ impl Engine {
         if let Err(e) = ready {
             return done(Err(e));
         }
-        if let Some(c) = &self.caching {
+        if let Some((c, cache)) = self.cached() {
             if !inode.has_data {
                 // The devices see this data only when the cache writes it back, which a
                 // truncate can forestall: the object is made now, as a write to the devices
@@ -649,7 +663,8 @@ impl Engine {
                 end.max(inode.size),
                 mountcfg::Direction::Write,
             );
-            let r = c.cache.write(inode.object, offset, data, class);
+            let r = cache.write(inode.object, offset, data, class);
+            drop(cache);
             let now = r
                 .map_err(io_error)
                 .and_then(|()| self.ns.note_write(ino, end));
@@ -761,10 +776,8 @@ impl Engine {
             return Ok(());
         }
         self.commit()?;
-        if let Some(c) = &self.caching {
-            c.cache
-                .truncate(inode.object, inode.size)
-                .map_err(io_error)?;
+        if let Some((_, cache)) = self.cached() {
+            cache.truncate(inode.object, inode.size).map_err(io_error)?;
         }
         self.volume.truncate(inode.object, layout, inode.size)?;
         self.pending_cuts.lock().remove(&inode.ino);
@@ -850,10 +863,10 @@ impl Engine {
             }
             Ok(())
         };
-        match (&self.caching, punch) {
+        match (self.cached(), punch) {
             // Only the range leaves the cache (its dirty sectors dropped, not written back),
             // its lines held while the devices punch it, so nothing refills the hole.
-            (Some(c), true) => c.cache.discard(
+            (Some((_, cache)), true) => cache.discard(
                 inode.object,
                 offset,
                 end_in_file.saturating_sub(offset),
@@ -871,8 +884,8 @@ impl Engine {
     pub fn fsync(&self, ino: u64) -> Result<()> {
         if let Ok(inode) = self.ns.get(ino) {
             if inode.kind == Kind::File {
-                match &self.caching {
-                    Some(c) => c.cache.sync_object(inode.object).map_err(io_error)?,
+                match self.cached() {
+                    Some((_, cache)) => cache.sync_object(inode.object).map_err(io_error)?,
                     None => self.volume.sync(inode.object)?,
                 }
             }
@@ -914,8 +927,10 @@ impl Engine {
         let doomed = self.ns.sync()?;
         faultpoint::fault_point!("engine.commit-before-deletes");
         for object in doomed {
-            if let Some(c) = &self.caching {
-                if let Err(e) = c.cache.forget(object) {
+            // A commit may come under a request's hold of the cache (fallocate's).
+            let cache = self.caching.as_ref().and_then(|c| c.cache_nested());
+            if let Some(cache) = cache {
+                if let Err(e) = cache.forget(object) {
                     log::warn!("could not drop the cached lines of object {object}: {e}");
                 }
             }
@@ -930,8 +945,8 @@ impl Engine {
     /// data before the sizes that show it.
     pub fn sync_all(&self) -> Result<()> {
         self.volume.sync_all()?;
-        if let Some(c) = &self.caching {
-            c.cache.sync_records().map_err(io_error)?;
+        if let Some((_, cache)) = self.cached() {
+            cache.sync_records().map_err(io_error)?;
         }
         self.commit()
     }
@@ -1049,10 +1064,10 @@ impl Engine {
         #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))] point: &'static str,
         copy: impl FnOnce(u64) -> stripe::Result<()>,
     ) -> Result<Inode> {
-        if let Some(c) = &self.caching {
+        if let Some((_, cache)) = self.cached() {
             // The copy reads the devices: they must hold everything first.
-            c.cache.flush_object(inode.object).map_err(io_error)?;
-            c.cache.forget(inode.object).map_err(io_error)?;
+            cache.flush_object(inode.object).map_err(io_error)?;
+            cache.forget(inode.object).map_err(io_error)?;
         }
         let object = self.ns.new_object_id()?;
         self.volume.set_layout(object, layout);
@@ -1176,20 +1191,34 @@ impl Engine {
                 attr_timeout_ms: m.attr_timeout.as_millis() as u64,
                 commit_interval_ms: m.commit_interval.as_millis() as u64,
             },
-            cache: self.caching.as_ref().map(|c| {
-                let st = c.cache.stats();
-                CacheSummary {
-                    state: if st.failed { "failed" } else { "ok" }.into(),
-                    store: st.store,
-                    path: st.path,
-                    size_bytes: st.size_bytes,
-                    line_size: st.line_size,
-                    default_mode: st.default_mode,
-                    occupancy_lines: st.occupancy_lines,
-                    dirty_lines: st.dirty_lines,
-                    targets: c.targets(&self.ns).len(),
-                }
-            }),
+            cache: self
+                .caching
+                .as_ref()
+                .map(|c| match c.cache().map(|k| k.stats()) {
+                    Some(st) => CacheSummary {
+                        state: if st.failed { "failed" } else { "ok" }.into(),
+                        store: st.store,
+                        path: st.path,
+                        size_bytes: st.size_bytes,
+                        line_size: st.line_size,
+                        default_mode: st.default_mode,
+                        occupancy_lines: st.occupancy_lines,
+                        dirty_lines: st.dirty_lines,
+                        targets: c.targets(&self.ns).len(),
+                    },
+                    // `stripefs cache detach`: requests go to the devices.
+                    None => CacheSummary {
+                        state: "detached".into(),
+                        store: "none".into(),
+                        path: None,
+                        size_bytes: 0,
+                        line_size: 0,
+                        default_mode: c.default_class().map_or("pt", |d| d.mode.name()).into(),
+                        occupancy_lines: 0,
+                        dirty_lines: 0,
+                        targets: c.targets(&self.ns).len(),
+                    },
+                }),
             uptime_secs: self.started.elapsed().as_secs(),
         })
     }

@@ -19,7 +19,10 @@ fn class<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"].as_str().unwrap_or("").contains(name))
+        .find(|c| {
+            c["name"].as_str().unwrap_or("").contains(name)
+                || c["class_name"].as_str().unwrap_or("").contains(name)
+        })
         .unwrap_or_else(|| panic!("no class {name} in {stats}"))
 }
 
@@ -167,10 +170,17 @@ fn control_xattrs_refuse_bad_values_and_unknown_keys() {
         Some(libc::ENODATA)
     );
     assert_eq!(
-        setxattr(&v.mnt, "user.stripefs.stats", b"x")
+        setxattr(&v.mnt, "user.stripefs.targets", b"x")
             .unwrap_err()
             .raw_os_error(),
         Some(libc::EROFS)
+    );
+    // stats takes `reset` only.
+    assert_eq!(
+        setxattr(&v.mnt, "user.stripefs.stats", b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EINVAL)
     );
     assert_eq!(
         setxattr(&v.mnt, "user.stripefs.mode", b"turbo")

@@ -16,13 +16,14 @@ fn stats(v: &TestVolume) -> serde_json::Value {
     both["cache"].clone()
 }
 
-/// The stats of the cache class named exactly `name` ("default", "dir 12", "class big").
+/// The stats of the cache class named exactly `name` ("default", "class big", or a target's
+/// "dir 12", its `class_name`: `name` is the folder's path).
 fn class(stats: &serde_json::Value, name: &str) -> serde_json::Value {
     stats["classes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == name)
+        .find(|c| c["name"] == name || c["class_name"] == name)
         .unwrap_or_else(|| panic!("no class {name} in {stats}"))
         .clone()
 }

@@ -246,6 +246,7 @@ fn cache_points() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|p| p.starts_with("cache."))
+        .filter(|p| !faultpoint::OWN_TESTS.contains(p))
         .collect()
 }
 
@@ -254,7 +255,7 @@ fn volume_points() -> Vec<&'static str> {
         .iter()
         .copied()
         .filter(|p| !p.starts_with("cache.") && *p != "rescue.save")
-        .filter(|p| !faultpoint::RECOVERED.contains(p))
+        .filter(|p| !faultpoint::OWN_TESTS.contains(p))
         .collect()
 }
 

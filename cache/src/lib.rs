@@ -19,7 +19,7 @@ mod store;
 
 pub use attach::{cache_file, inspect, Inspection};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, StoreKind};
+pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, MetadataMemory, Purged, StoreKind};
 pub use mode::{ClassConfig, Cleaner, CleaningPolicy, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
 

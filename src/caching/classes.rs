@@ -12,19 +12,27 @@ use mountcfg::Direction;
 impl Caching {
     /// Adds an IO class, or replaces the one of its name (which keeps its cache class).
     pub(super) fn put_class(&self, mut c: IoClass) -> ClassId {
+        // Detached: kept here, and given a cache class at the attach. (The attach lock
+        // before the classes' lock, as the attach takes them.)
+        let (cache, _attach) = self.cache_for_change();
         let mut classes = self.classes.write();
         let name = format!("class {}", c.name);
         let id = match classes.iter_mut().find(|o| o.name == c.name) {
             Some(old) => {
                 c.class = old.class;
-                if let Err(e) = self.cache.set_class(c.class, c.setting.config(name)) {
+                if let Some(Err(e)) = cache
+                    .as_ref()
+                    .map(|k| k.set_class(c.class, c.setting.config(name)))
+                {
                     log::warn!("changing IO class {}: {e}", c.name);
                 }
                 *old = c;
                 old.class
             }
             None => {
-                c.class = self.cache.add_class(c.setting.config(name));
+                c.class = cache.as_ref().map_or(cache::DEFAULT_CLASS, |k| {
+                    k.add_class(c.setting.config(name))
+                });
                 classes.push(c);
                 classes[classes.len() - 1].class
             }
@@ -176,12 +184,15 @@ impl Caching {
         // Out of the classifier first, so nothing new lands in it while it is written back.
         self.classes.write().retain(|o| o.name != name);
         self.tree_changed();
-        self.cache.remove_class(c.class).map_err(|e| {
-            (
-                e.raw_os_error().unwrap_or(libc::EIO),
-                format!("removing class {name}: {e}"),
-            )
-        })?;
+        let (cache, _attach) = self.cache_for_change();
+        if let Some(cache) = &cache {
+            cache.remove_class(c.class).map_err(|e| {
+                (
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("removing class {name}: {e}"),
+                )
+            })?;
+        }
         if !c.from_config {
             self.save_live_classes(ns).map_err(|e| {
                 (
@@ -194,12 +205,14 @@ impl Caching {
     }
 
     pub fn classes(&self, ns: &Namespace) -> Vec<ClassInfo> {
-        let stats = self.cache.stats();
+        let stats = self.cache().map(|c| c.stats());
         self.classes
             .read()
             .iter()
             .map(|c| {
-                let s = stats.classes.iter().find(|s| s.id == c.class);
+                let s = stats
+                    .as_ref()
+                    .and_then(|st| st.classes.iter().find(|s| s.id == c.class));
                 ClassInfo {
                     name: c.name.clone(),
                     class: c.class,

@@ -6,13 +6,16 @@
 //! their directory's inode the first time a mount applies them (kept on the directory in the
 //! namespace), so a folder renamed between mounts stays the target: `bind_config_folders`.
 
+mod attachment;
 mod classes;
 pub mod classifier;
 pub mod cleaner;
 mod folders;
+pub mod report;
 
 use crate::error::{errno, Error, Result};
 use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};
+pub use attachment::{AttachWith, Detached};
 use cache::{
     Cache, CacheConfig, ClassConfig, ClassId, Cleaner, CleaningPolicy, Mode, Policy, Promotion,
     SeqCutoff, StoreKind,
@@ -20,7 +23,7 @@ use cache::{
 use classifier::{ClassSetting, IoClass, NameView, Resolved};
 use dashmap::DashMap;
 use mountcfg::Direction;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,7 +152,13 @@ struct Target {
 }
 
 pub struct Caching {
-    pub cache: Arc<Cache>,
+    /// The cache; `None` while detached (`stripefs cache detach`): requests go to the
+    /// devices. A request holds it (shared) while it runs, so a detach waits for those.
+    cache: RwLock<Option<Arc<Cache>>>,
+    /// The default class's setting while detached (kept for the attach).
+    detached_default: Mutex<Option<ClassConfig>>,
+    /// What the cache was opened with (the config's, or the last attach's).
+    opened: Mutex<Opened>,
     cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
     targets: RwLock<HashMap<u64, Target>>,
     classes: RwLock<Vec<IoClass>>,
@@ -199,6 +208,16 @@ pub struct ClassInfo {
     pub spec: String,
     pub occupancy_lines: u64,
     pub dirty_lines: u64,
+}
+
+type CacheGuard<'a> = MappedRwLockReadGuard<'a, Arc<Cache>>;
+type AttachLock<'a> = parking_lot::MutexGuard<'a, Opened>;
+
+/// What the cache was last opened with, for an attach.
+struct Opened {
+    section: mountcfg::CacheSection,
+    volume: Arc<Volume>,
+    ns: Arc<Namespace>,
 }
 
 /// What a mount may do with a cache file that cannot be used as it is.
@@ -274,93 +293,15 @@ impl Caching {
         reset: CacheReset,
     ) -> Result<Caching> {
         let target_mode = mode_of(&section.mode)?;
-        let policy = Policy {
-            seq_cutoff: match section.seq_cutoff.as_str() {
-                "always" => SeqCutoff::Always,
-                "never" => SeqCutoff::Never,
-                _ => SeqCutoff::Full,
-            },
-            seq_threshold: section.seq_threshold,
-            seq_promotion_count: section.seq_promotion_count,
-            seq_promotion_threshold: section.seq_promotion_threshold,
-            promotion: section
-                .promotion_hits
-                .map_or(Promotion::Always, |hits| Promotion::Nhit {
-                    insertion_threshold: hits,
-                    trigger_threshold: section.promotion_trigger,
-                }),
-            cleaner: cleaner_of(section),
-            error_threshold: section.error_threshold,
-        };
-        let store = match &section.store {
-            mountcfg::CacheStore::Ram => StoreKind::Ram,
-            mountcfg::CacheStore::File(p) => StoreKind::File(p.clone()),
-        };
-        let file = cache::cache_file(&store);
-        if file.is_none() {
-            mount_without_cache_file(ns, reset)?;
-        }
-        let binding = ns.cache_binding()?;
-        let on_first_dirty = {
-            let ns = ns.clone();
-            Arc::new(move || {
-                let mut b = ns.cache_binding().map_err(std::io::Error::other)?;
-                b.dirty = true;
-                ns.set_cache_binding(&b).map_err(std::io::Error::other)
-            })
-        };
-        let cfg = CacheConfig {
-            store,
-            size: section.size,
-            line_size: section.line_size,
-            default_mode: if section.default_all {
-                target_mode
-            } else {
-                Mode::Pt
-            },
-            policy,
-            default_priority: section.default_priority,
-            volume: *volume.uuid().as_bytes(),
-            reset: reset != CacheReset::Keep,
-            discard_dirty: reset == CacheReset::DiscardDirty,
-            generation: binding.generation,
-            bound: binding.cache,
-            holds_dirty: binding.dirty,
-            on_first_dirty: Some(on_first_dirty),
-            throttle: match &section.emulate {
-                Some(name) => {
-                    let model = stripe::DeviceModel::profile(name)
-                        .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?;
-                    Some(Arc::new(stripe::Emulated::new(model)) as Arc<dyn cache::Throttle>)
-                }
-                None => None,
-            },
-            clock: None,
-        };
-        let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
-        if let Some(file) = file {
-            // Before any I/O: from now on the volume's lines are this cache's.
-            ns.set_cache_binding(&CacheBinding {
-                generation: binding.generation,
-                cache: Some(cache.id()),
-                path: file.display().to_string(),
-                dirty: binding.dirty && binding.cache == Some(cache.id()),
-            })?;
-        }
-        let (inodes, _) = ns.snapshot();
-        let sizes: HashMap<u64, u64> = inodes
-            .iter()
-            .filter(|i| i.kind == Kind::File)
-            .map(|i| (i.object, i.size))
-            .collect();
-        let recovered = cache
-            .recover(&|object| sizes.get(&object).copied())
-            .map_err(|e| Error::Usage(format!("writing back the cache's dirty lines: {e}")))?;
-        if recovered > 0 {
-            log::warn!("wrote back {recovered} dirty cache lines left by an unclean stop");
-        }
+        let cache = open_cache(section, target_mode, volume.clone(), ns, reset)?;
         let caching = Caching {
-            cache,
+            cache: RwLock::new(Some(cache.clone())),
+            detached_default: Mutex::new(None),
+            opened: Mutex::new(Opened {
+                section: section.clone(),
+                volume: volume.clone(),
+                ns: ns.clone(),
+            }),
             cleaner: Mutex::new(None),
             targets: RwLock::new(HashMap::new()),
             classes: RwLock::new(Vec::new()),
@@ -424,7 +365,7 @@ impl Caching {
             caching.put_class(class);
         }
         caching.load_live_classes(ns);
-        *caching.cleaner.lock() = Some(caching.cache.start_cleaner());
+        *caching.cleaner.lock() = Some(cache.start_cleaner());
         Ok(caching)
     }
 
@@ -500,13 +441,20 @@ impl Caching {
         }
         let existing = self.targets.read().get(&dir).map(|t| t.class);
         let name = format!("dir {dir}");
+        // Detached: kept here, and given a cache class at the attach.
+        let (cache, _attach) = self.cache_for_change();
         match existing {
-            Some(class) => self
-                .cache
-                .set_class(class, setting.class(name))
-                .map_err(|e| Error::Usage(format!("changing target {dir}: {e}")))?,
+            Some(class) => {
+                if let Some(cache) = &cache {
+                    cache
+                        .set_class(class, setting.class(name))
+                        .map_err(|e| Error::Usage(format!("changing target {dir}: {e}")))?
+                }
+            }
             None => {
-                let class = self.cache.add_class(setting.class(name));
+                let class = cache
+                    .as_ref()
+                    .map_or(cache::DEFAULT_CLASS, |c| c.add_class(setting.class(name)));
                 self.targets.write().insert(
                     dir,
                     Target {
@@ -534,9 +482,12 @@ impl Caching {
         let Some(class) = self.targets.read().get(&dir).map(|t| t.class) else {
             return errno(libc::ENODATA);
         };
-        self.cache
-            .remove_class(class)
-            .map_err(|e| Error::Usage(format!("removing target {dir}: {e}")))?;
+        let (cache, _attach) = self.cache_for_change();
+        if let Some(cache) = &cache {
+            cache
+                .remove_class(class)
+                .map_err(|e| Error::Usage(format!("removing target {dir}: {e}")))?;
+        }
         self.targets.write().remove(&dir);
         if ns.get(dir).is_ok() {
             ns.set_internal(dir, TARGET_KEY, None)?;
@@ -552,7 +503,7 @@ impl Caching {
     /// The share of the cache the files outside every target have: what a target gets that
     /// its owner, not root or the mounter, makes.
     pub fn default_share(&self, mode: Mode) -> TargetSetting {
-        let d = self.cache.class(cache::DEFAULT_CLASS);
+        let d = self.default_class();
         TargetSetting {
             mode,
             priority: d.as_ref().map_or(1, |c| c.priority),
@@ -561,30 +512,89 @@ impl Caching {
         }
     }
 
+    /// The cache class of the target on `dir`.
+    pub fn target_class(&self, dir: u64) -> Option<ClassId> {
+        self.targets.read().get(&dir).map(|t| t.class)
+    }
+
     pub fn is_target(&self, dir: u64) -> bool {
         self.targets.read().contains_key(&dir)
     }
 
     /// The volume default's mode (files outside every target).
-    pub fn set_default_mode(&self, mode: Mode) -> Result<()> {
-        let mut cfg = self
-            .cache
+    /// Leaving wb or wo writes the dirty lines back first, unless `keep_dirty` (casadm -Q
+    /// -f no): they stay and the cleaner writes them back later.
+    pub fn set_default_mode(&self, mode: Mode, keep_dirty: bool) -> Result<()> {
+        let Some(cache) = self.cache() else {
+            // Detached: nothing is cached; the attach applies it.
+            if let Some(cfg) = self.detached_default.lock().as_mut() {
+                cfg.mode = mode;
+            }
+            return Ok(());
+        };
+        let mut cfg = cache
             .class(cache::DEFAULT_CLASS)
             .ok_or_else(|| Error::Usage("no default class".into()))?;
         cfg.mode = mode;
-        self.cache
-            .set_class(cache::DEFAULT_CLASS, cfg)
-            .map_err(|e| Error::Usage(format!("changing the mode: {e}")))
+        if keep_dirty {
+            cache.set_class_keeping_dirty(cache::DEFAULT_CLASS, cfg)
+        } else {
+            cache.set_class(cache::DEFAULT_CLASS, cfg)
+        }
+        .map_err(|e| Error::Usage(format!("changing the mode: {e}")))
+    }
+
+    /// The default class's setting, attached or not.
+    pub fn default_class(&self) -> Option<cache::ClassConfig> {
+        match self.cache() {
+            Some(c) => c.class(cache::DEFAULT_CLASS),
+            None => self.detached_default.lock().clone(),
+        }
+    }
+
+    /// The attached cache, held (shared) by the caller: a detach waits until it lets go.
+    /// Hold it for one request only, and take it once: a second take while a detach waits
+    /// would wait for the detach.
+    pub fn cache(&self) -> Option<MappedRwLockReadGuard<'_, Arc<Cache>>> {
+        RwLockReadGuard::try_map(self.cache.read(), Option::as_ref).ok()
+    }
+
+    /// The same, for a caller that may already hold it (a request's guard is held while it
+    /// runs, and a commit may come under one): taken even while a detach waits.
+    pub fn cache_nested(&self) -> Option<MappedRwLockReadGuard<'_, Arc<Cache>>> {
+        RwLockReadGuard::try_map(self.cache.read_recursive(), Option::as_ref).ok()
+    }
+
+    /// The cache for a change of targets or IO classes. While detached the attach lock comes
+    /// with it (hold both for the whole change), so an attach sees the change whole or not at
+    /// all and gives every target and class a class of the new cache.
+    fn cache_for_change(&self) -> (Option<CacheGuard<'_>>, Option<AttachLock<'_>>) {
+        if let Some(c) = self.cache() {
+            return (Some(c), None);
+        }
+        let attach = self.opened.lock();
+        (self.cache(), Some(attach))
+    }
+
+    /// The attached cache, or the refusal of a command that needs one.
+    pub fn attached(&self) -> Result<MappedRwLockReadGuard<'_, Arc<Cache>>> {
+        self.cache().ok_or_else(|| {
+            Error::Refused(
+                libc::EBUSY,
+                "the cache is detached (`stripefs cache attach MNT` brings it back)".into(),
+            )
+        })
     }
 
     pub fn targets(&self, ns: &Namespace) -> Vec<TargetInfo> {
-        let stats = self.cache.stats();
+        let stats = self.cache().map(|c| c.stats());
+        let stats = stats.as_ref();
         let mut out: Vec<TargetInfo> = self
             .targets
             .read()
             .iter()
             .map(|(&dir, t)| {
-                let class = stats.classes.iter().find(|c| c.id == t.class);
+                let class = stats.and_then(|s| s.classes.iter().find(|c| c.id == t.class));
                 TargetInfo {
                     path: path_of(ns, dir),
                     config_path: t.config_path.clone(),
@@ -606,19 +616,22 @@ impl Caching {
     /// and the volume records so. What a RAM store cannot write back goes to the `rescue`
     /// file, and the unmount fails saying so: the next mount writes it back.
     pub fn shutdown(&self, ns: &Namespace, rescue: &std::path::Path) -> Result<()> {
-        let r = self.cache.shutdown();
+        // Detached: written back and recorded so already.
+        let Some(cache) = self.cache.read().clone() else {
+            return Ok(());
+        };
+        let r = cache.shutdown();
         if let Some(h) = self.cleaner.lock().take() {
             let _ = h.join();
         }
         if let Err(e) = r {
-            if self.cache.persistent() {
+            if cache.persistent() {
                 return Err(Error::Usage(format!(
                     "writing back the cache: {e}; its dirty lines stay in the cache file, and \
                      the next mount writes them back"
                 )));
             }
-            let kept = self
-                .cache
+            let kept = cache
                 .dirty_runs()
                 .and_then(|runs| crate::rescue::save(rescue, &runs));
             return Err(Error::Usage(match kept {
@@ -634,13 +647,110 @@ impl Caching {
                 ),
             }));
         }
-        if self.cache.persistent() {
+        if cache.persistent() {
             let mut b = ns.cache_binding()?;
             b.dirty = false;
             ns.set_cache_binding(&b)?;
         }
         Ok(())
     }
+}
+
+/// The cache engine a `[cache]` section describes, bound to the volume (its namespace records
+/// which cache file holds its lines) and with what an unclean stop left written back.
+fn open_cache(
+    section: &mountcfg::CacheSection,
+    target_mode: Mode,
+    volume: Arc<Volume>,
+    ns: &Arc<Namespace>,
+    reset: CacheReset,
+) -> Result<Arc<Cache>> {
+    let policy = Policy {
+        seq_cutoff: match section.seq_cutoff.as_str() {
+            "always" => SeqCutoff::Always,
+            "never" => SeqCutoff::Never,
+            _ => SeqCutoff::Full,
+        },
+        seq_threshold: section.seq_threshold,
+        seq_promotion_count: section.seq_promotion_count,
+        seq_promotion_threshold: section.seq_promotion_threshold,
+        promotion: section
+            .promotion_hits
+            .map_or(Promotion::Always, |hits| Promotion::Nhit {
+                insertion_threshold: hits,
+                trigger_threshold: section.promotion_trigger,
+            }),
+        cleaner: cleaner_of(section),
+        error_threshold: section.error_threshold,
+    };
+    let store = match &section.store {
+        mountcfg::CacheStore::Ram => StoreKind::Ram,
+        mountcfg::CacheStore::File(p) => StoreKind::File(p.clone()),
+    };
+    let file = cache::cache_file(&store);
+    if file.is_none() {
+        mount_without_cache_file(ns, reset)?;
+    }
+    let binding = ns.cache_binding()?;
+    let on_first_dirty = {
+        let ns = ns.clone();
+        Arc::new(move || {
+            let mut b = ns.cache_binding().map_err(std::io::Error::other)?;
+            b.dirty = true;
+            ns.set_cache_binding(&b).map_err(std::io::Error::other)
+        })
+    };
+    let cfg = CacheConfig {
+        store,
+        size: section.size,
+        line_size: section.line_size,
+        default_mode: if section.default_all {
+            target_mode
+        } else {
+            Mode::Pt
+        },
+        policy,
+        default_priority: section.default_priority,
+        volume: *volume.uuid().as_bytes(),
+        reset: reset != CacheReset::Keep,
+        discard_dirty: reset == CacheReset::DiscardDirty,
+        generation: binding.generation,
+        bound: binding.cache,
+        holds_dirty: binding.dirty,
+        on_first_dirty: Some(on_first_dirty),
+        throttle: match &section.emulate {
+            Some(name) => {
+                let model = stripe::DeviceModel::profile(name)
+                    .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?;
+                Some(Arc::new(stripe::Emulated::new(model)) as Arc<dyn cache::Throttle>)
+            }
+            None => None,
+        },
+        clock: None,
+    };
+    let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
+    if let Some(file) = file {
+        // Before any I/O: from now on the volume's lines are this cache's.
+        ns.set_cache_binding(&CacheBinding {
+            generation: binding.generation,
+            cache: Some(cache.id()),
+            path: file.display().to_string(),
+            dirty: binding.dirty && binding.cache == Some(cache.id()),
+        })?;
+    }
+    let (inodes, _) = ns.snapshot();
+    let sizes: HashMap<u64, u64> = inodes
+        .iter()
+        .filter(|i| i.kind == Kind::File)
+        .map(|i| (i.object, i.size))
+        .collect();
+    let recovered = cache
+        .recover(&|object| sizes.get(&object).copied())
+        .map_err(|e| Error::Usage(format!("writing back the cache's dirty lines: {e}")))?;
+    if recovered > 0 {
+        log::warn!("wrote back {recovered} dirty cache lines left by an unclean stop");
+    }
+    Ok(cache)
 }
 
 /// A directory's path from the volume root.

@@ -1,17 +1,29 @@
-//! Cache commands: target add/rm/ls, stats, flush, mode.
+//! Cache commands: target add/rm/ls, flush, mode, class add/rm/ls (stats: `stats`; purge,
+//! attach, detach: `cache_admin`).
 
 use super::resolve::resolve;
-use super::{human_bytes, refusal, ClassAction, TargetAction};
+use super::{refusal, ClassAction, TargetAction};
 use crate::error::{Error, Result};
 use crate::xattr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub fn mode(path: &Path, mode: Option<String>) -> Result<i32> {
+pub fn mode(path: &Path, mode: Option<String>, no_flush: bool) -> Result<i32> {
     let root = has_cache(path)?;
+    let dirty_before = if no_flush {
+        super::cache_admin::lines_in_reach(&root)?.1
+    } else {
+        0
+    };
     if let Some(m) = &mode {
-        xattr::control_set(&root, "mode", m.as_bytes()).map_err(refusal("mode", &root, "mode"))?;
+        let value = if no_flush {
+            format!("{m} no-flush")
+        } else {
+            m.clone()
+        };
+        xattr::control_set(&root, "mode", value.as_bytes())
+            .map_err(refusal("mode", &root, "mode"))?;
     }
     let now = xattr::control_get(&root, "mode").map_err(refusal("mode", &root, "mode"))?;
     println!(
@@ -20,6 +32,12 @@ pub fn mode(path: &Path, mode: Option<String>) -> Result<i32> {
         String::from_utf8_lossy(&now),
         if mode.is_some() { " (changed)" } else { "" }
     );
+    if no_flush && dirty_before > 0 {
+        println!(
+            "{dirty_before} dirty lines were not written back: they stay in the cache, and the \
+             cleaner writes them back (`stripefs flush` does it now)"
+        );
+    }
     Ok(0)
 }
 
@@ -48,7 +66,7 @@ pub fn cleaner(path: &Path, settings: &[(&str, Option<String>)]) -> Result<i32> 
 }
 
 /// The root of the stripefs mount `path` is on, which must have a cache.
-fn has_cache(path: &Path) -> Result<PathBuf> {
+pub(super) fn has_cache(path: &Path) -> Result<PathBuf> {
     let root = resolve(path)?.root;
     let status = xattr::volume_status(&root)?;
     if status["cache"].is_null() {
@@ -185,204 +203,27 @@ pub fn target(action: TargetAction) -> Result<()> {
     }
 }
 
-fn read_stats(mountpoint: &Path) -> Result<serde_json::Value> {
-    let raw =
-        xattr::control_get(mountpoint, "stats").map_err(refusal("stats", mountpoint, "stats"))?;
-    serde_json::from_slice(&raw)
-        .map_err(|e| Error::Usage(format!("bad statistics from the daemon: {e}")))
-}
-
-pub fn stats(path: &Path, json: bool, watch: bool) -> Result<()> {
-    let root = resolve(path)?.root;
-    let mountpoint = root.as_path();
-    loop {
-        let status = xattr::volume_status(mountpoint)?;
-        let cache = if status["cache"].is_null() {
-            serde_json::Value::Null
-        } else {
-            read_stats(mountpoint)?
-        };
-        if json {
-            let both = serde_json::json!({ "devices": status["devices"], "cache": cache });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&both).unwrap_or_default()
-            );
-        } else {
-            if watch {
-                print!("\x1b[2J\x1b[H");
-            }
-            print_device_health(&status);
-            if cache.is_null() {
-                println!("\n(no cache on this volume)");
-            } else {
-                print_stats(&cache);
-            }
-        }
-        if !watch {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-fn print_device_health(status: &serde_json::Value) {
-    println!(
-        "  #  {:<40} {:>7} {:>12} {:>12} {:>7}",
-        "device", "state", "read errors", "write errors", "faults"
-    );
-    for d in status["devices"].as_array().into_iter().flatten() {
-        println!(
-            "  {:<2} {:<40} {:>7} {:>12} {:>12} {:>7}",
-            d["index"],
-            d["path"].as_str().unwrap_or("?"),
-            d["state"].as_str().unwrap_or("?"),
-            d["read_errors"].to_string(),
-            d["write_errors"].to_string(),
-            d["injected_faults"].to_string()
-        );
-    }
-}
-
-fn print_stats(s: &serde_json::Value) {
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let lines = n(&s["lines"]).max(1);
-    let pct = |x: u64| 100.0 * x as f64 / lines as f64;
-    println!(
-        "cache: {} store{}, {} in {} lines of {}, default mode {}",
-        s["store"].as_str().unwrap_or("?"),
-        s["path"]
-            .as_str()
-            .map(|p| format!(" at {p}"))
-            .unwrap_or_default(),
-        human_bytes(n(&s["size_bytes"])),
-        n(&s["lines"]),
-        human_bytes(n(&s["line_size"])),
-        s["default_mode"].as_str().unwrap_or("?")
-    );
-    if s["failed"].as_bool() == Some(true) {
-        println!(
-            "CACHE DEVICE FAILED: running pass-through; dirty lines stay until it can be read"
-        );
-    }
-    println!("\nUsage statistics         lines        %");
-    for (label, key) in [
-        ("occupancy", "occupancy_lines"),
-        ("free", "free_lines"),
-        ("clean", "clean_lines"),
-        ("dirty", "dirty_lines"),
-    ] {
-        println!("  {label:<20} {:>9} {:>8.1}", n(&s[key]), pct(n(&s[key])));
-    }
-    let print_counters = |title: &str, c: &serde_json::Value| {
-        let reads = n(&c["read_hits"])
-            + n(&c["read_partial_misses"])
-            + n(&c["read_full_misses"])
-            + n(&c["pass_through_reads"]);
-        let writes = n(&c["write_hits"])
-            + n(&c["write_partial_misses"])
-            + n(&c["write_full_misses"])
-            + n(&c["pass_through_writes"]);
-        let p = |x: u64, of: u64| {
-            if of == 0 {
-                0.0
-            } else {
-                100.0 * x as f64 / of as f64
-            }
-        };
-        println!("\n{title}");
-        println!("  {:<24} {:>12} {:>8}", "request", "count", "%");
-        for (label, key, of) in [
-            ("read hits", "read_hits", reads),
-            ("read partial misses", "read_partial_misses", reads),
-            ("read full misses", "read_full_misses", reads),
-            ("read pass-through", "pass_through_reads", reads),
-            ("write hits", "write_hits", writes),
-            ("write partial misses", "write_partial_misses", writes),
-            ("write full misses", "write_full_misses", writes),
-            ("write pass-through", "pass_through_writes", writes),
-        ] {
-            println!(
-                "  {label:<24} {:>12} {:>8.1}",
-                n(&c[key]),
-                p(n(&c[key]), of)
-            );
-        }
-        println!("  {:<24} {:>12}", "block", "bytes");
-        for (label, key) in [
-            ("reads from core", "core_read_bytes"),
-            ("writes to core", "core_write_bytes"),
-            ("reads from cache", "cache_read_bytes"),
-            ("writes to cache", "cache_write_bytes"),
-            ("reads by callers", "caller_read_bytes"),
-            ("writes by callers", "caller_write_bytes"),
-        ] {
-            println!("  {label:<24} {:>12}", human_bytes(n(&c[key])));
-        }
-        println!("  {:<24} {:>12} {:>8}", "errors", "read", "write");
-        for (label, dev) in [("core errors", "core"), ("cache errors", "cache")] {
-            println!(
-                "  {label:<24} {:>12} {:>8}",
-                n(&c[format!("{dev}_read_errors").as_str()]),
-                n(&c[format!("{dev}_write_errors").as_str()])
-            );
-        }
-    };
-    print_counters("Volume", &s["counters"]);
-    println!(
-        "\ncleaner: {} passes, {} lines written back, {} errors",
-        n(&s["cleaner_passes"]),
-        n(&s["cleaned_lines"]),
-        n(&s["cleaner_errors"])
-    );
-    println!("  policy {}", s["cleaner"].as_str().unwrap_or("?"));
-    let threshold = n(&s["error_threshold"]);
-    println!(
-        "requests that met a cache device error: {}{}",
-        n(&s["error_requests"]),
-        if threshold == 0 {
-            " (never pass-through for them)".to_string()
-        } else {
-            format!(" (pass-through at {threshold})")
-        }
-    );
-    for c in s["classes"].as_array().into_iter().flatten() {
-        let title = format!(
-            "Class {} ({}): mode {}, priority {}, allocation {}, {}{} lines, {} dirty",
-            c["id"],
-            c["name"].as_str().unwrap_or("?"),
-            c["mode"].as_str().unwrap_or("?"),
-            c["priority"],
-            c["allocation"],
-            if c["pinned"].as_bool() == Some(true) {
-                "pinned, "
-            } else {
-                ""
-            },
-            n(&c["occupancy_lines"]),
-            n(&c["dirty_lines"])
-        );
-        print_counters(&title, &c["counters"]);
-    }
-}
-
-pub fn flush(path: &Path) -> Result<()> {
+/// `stripefs flush MNT [PATH]`: every dirty line, or those of a target folder or a file.
+pub fn flush(path: &Path, within: Option<PathBuf>) -> Result<()> {
     let root = has_cache(path)?;
-    let mountpoint = root.as_path();
-    let dirty = |s: &serde_json::Value| s["dirty_lines"].as_u64().unwrap_or(0);
-    let start = dirty(&read_stats(mountpoint)?);
+    let at = match within {
+        Some(p) => super::cache_admin::on_volume(&root, &p)?,
+        None => root.clone(),
+    };
+    let dirty = || super::cache_admin::lines_in_reach(&at).map(|l| l.1);
+    let start = dirty()?;
     let bar = indicatif::ProgressBar::new(start.max(1));
     bar.set_style(
         indicatif::ProgressStyle::with_template("flushing [{bar:30}] {pos}/{len} lines {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let target = mountpoint.to_path_buf();
+    let target = at.clone();
     // The daemon keeps a refusal's reason for the requesting thread: the worker reads it.
     let worker = std::thread::spawn(move || xattr::control_set(&target, "flush", b"1"));
     while !worker.is_finished() {
-        if let Ok(s) = read_stats(mountpoint) {
-            bar.set_position(start.saturating_sub(dirty(&s)));
+        if let Ok(now) = dirty() {
+            bar.set_position(start.saturating_sub(now));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -390,11 +231,11 @@ pub fn flush(path: &Path) -> Result<()> {
         .join()
         .map_err(|_| Error::Usage("flush thread panicked".into()))?;
     bar.finish_and_clear();
-    r.map_err(refusal("flush", mountpoint, "flush"))?;
-    let left = dirty(&read_stats(mountpoint)?);
+    r.map_err(refusal("flush", &at, "flush"))?;
+    let left = dirty()?;
     println!(
         "{}: flushed {start} dirty lines; {left} dirty now",
-        mountpoint.display()
+        at.display()
     );
     Ok(())
 }

@@ -149,36 +149,59 @@ enum Command {
         action: ClassAction,
     },
     /// Cache statistics, as casadm -P shows them
-    #[command(after_help = "Example:\n  stripefs stats /mnt/vol --watch")]
+    #[command(
+        after_help = "Example:\n  stripefs stats /mnt/vol --watch\n  stripefs stats \
+        /mnt/vol --format prometheus\n  stripefs stats /mnt/vol --reset"
+    )]
     Stats {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
-        /// Print JSON instead of tables
-        #[arg(long)]
+        /// Print JSON instead of tables (--format json)
+        #[arg(long, conflicts_with = "format")]
         json: bool,
-        /// Print again every second until Ctrl-C
+        /// table, json, csv (a row per class) or prometheus (the text exposition format)
+        #[arg(long, value_enum)]
+        format: Option<stats::StatsFormat>,
+        /// Print again every second until Ctrl-C (the table fits 80x24)
         #[arg(long)]
         watch: bool,
+        /// Every counter to zero, per class and in total (root or the user who mounted)
+        #[arg(long, conflicts_with_all = ["watch", "json", "format"])]
+        reset: bool,
     },
-    /// Write every dirty cache line back; returns when nothing is dirty
-    #[command(after_help = "Root or the user who mounted only.\n\n\
-        Example:\n  stripefs flush /mnt/vol")]
+    /// Write dirty cache lines back: all of them, or a target folder's or a file's
+    #[command(
+        after_help = "The whole cache: root or the user who mounted only; a target \
+        folder or a file: its owner too.\n\n\
+        Example:\n  stripefs flush /mnt/vol\n  stripefs flush /mnt/vol vm-images"
+    )]
     Flush {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
+        /// A target folder or a file (a path, or from the mount's root); none: everything
+        path: Option<PathBuf>,
+    },
+    /// The cache itself: purge clean lines, detach it, attach it
+    Cache {
+        #[command(subcommand)]
+        action: cache_admin::CacheAction,
     },
     /// Show or set the volume's default cache mode (wt, wb, wa, wi, wo, pt)
     #[command(
         after_help = "Modes: wt write-through, wb write-back, wa write-around, wi \
         write-invalidate, wo write-only, pt pass-through. Leaving wb or wo writes the dirty \
-        lines back first. Setting it: root or the user who mounted only.\n\n\
-        Example:\n  stripefs mode /mnt/vol wb"
+        lines back first, unless --no-flush. Setting it: root or the user who mounted only.\n\n\
+        Example:\n  stripefs mode /mnt/vol wb\n  stripefs mode /mnt/vol pt --no-flush"
     )]
     Mode {
         /// Any path on the mounted volume
         mountpoint: PathBuf,
         /// The new mode; without it, the mode is printed
         mode: Option<String>,
+        /// Leave the dirty lines in the cache (the cleaner writes them back later), as
+        /// casadm -Q -f no
+        #[arg(long, requires = "mode")]
+        no_flush: bool,
     },
     /// Show or change the cache's cleaning policy and its settings, live
     #[command(
@@ -413,8 +436,10 @@ pub enum LayoutAction {
 
 mod bench;
 mod cache;
+mod cache_admin;
 mod layout;
 pub mod resolve;
+mod stats;
 mod volume;
 
 /// Turns a failed control request of `command` on `path` into the daemon's reason, or, when
@@ -542,10 +567,23 @@ fn run(command: Command) -> Result<i32> {
         Command::Stats {
             mountpoint,
             json,
+            format,
             watch,
-        } => cache::stats(&mountpoint, json, watch).map(|()| 0),
-        Command::Flush { mountpoint } => cache::flush(&mountpoint).map(|()| 0),
-        Command::Mode { mountpoint, mode } => cache::mode(&mountpoint, mode),
+            reset,
+        } => {
+            let format = match (json, format) {
+                (true, _) => stats::StatsFormat::Json,
+                (false, f) => f.unwrap_or(stats::StatsFormat::Table),
+            };
+            stats::stats(&mountpoint, format, watch, reset).map(|()| 0)
+        }
+        Command::Flush { mountpoint, path } => cache::flush(&mountpoint, path).map(|()| 0),
+        Command::Cache { action } => cache_admin::cache(action).map(|()| 0),
+        Command::Mode {
+            mountpoint,
+            mode,
+            no_flush,
+        } => cache::mode(&mountpoint, mode, no_flush),
         Command::Cleaner {
             mountpoint,
             policy,

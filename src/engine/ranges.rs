@@ -19,9 +19,8 @@ impl Engine {
             return 0;
         }
         let cached = self
-            .caching
-            .as_ref()
-            .map_or(0, |c| c.cache.dirty_bytes(inode.object));
+            .cached()
+            .map_or(0, |(_, cache)| cache.dirty_bytes(inode.object));
         self.volume.allocated_bytes(inode.object) + cached
     }
 
@@ -44,9 +43,9 @@ impl Engine {
         let lock = self.io_lock(ino);
         let _shared = lock.read();
         let (inode, layout) = self.file(ino)?;
-        if let Some(c) = &self.caching {
+        if let Some((_, cache)) = self.cached() {
             // Data only the cache holds is data too: on the devices first.
-            c.cache.flush_object(inode.object).map_err(io_error)?;
+            cache.flush_object(inode.object).map_err(io_error)?;
         }
         match self
             .volume
@@ -94,7 +93,7 @@ impl Engine {
         let row = src_layout.stripe_size as u64 * src_layout.width as u64;
         let alike = (src_layout.stripe_size, src_layout.width)
             == (dst_layout.stripe_size, dst_layout.width);
-        let copied = if self.caching.is_none() && alike && from_off % row == to_off % row {
+        let copied = if self.cached().is_none() && alike && from_off % row == to_off % row {
             self.volume
                 .copy_aligned(
                     src.object,
@@ -138,10 +137,10 @@ impl Engine {
         while done < len {
             let n = (len - done).min(CHUNK) as usize;
             let (at, to) = (from_off + done, to_off + done);
-            match &self.caching {
-                Some(c) => {
+            match self.cached() {
+                Some((c, cache)) => {
                     let class = c.class_of(&self.ns, src.ino, src.size, Direction::Read);
-                    c.cache
+                    cache
                         .read(src.object, at, &mut buf[..n], class)
                         .map_err(io_error)?;
                     if !dst.has_data {
@@ -153,7 +152,7 @@ impl Engine {
                         dst.size.max(to + n as u64),
                         Direction::Write,
                     );
-                    c.cache
+                    cache
                         .write(dst.object, to, &buf[..n], class)
                         .map_err(io_error)?;
                 }

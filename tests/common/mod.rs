@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stripefs");
 
-/// Runs a command, killing it if it outlives `timeout`.
+/// Runs a command, killing it if it outlives `timeout`. Its output is read while it runs, so
+/// a command that prints more than a pipe holds (64 KiB) does not wait on us forever.
 pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod admin;
 mod clean;
 mod durability;
 mod range;
@@ -32,6 +33,7 @@ mod rescue;
 mod tests;
 mod write;
 
+pub use admin::{MetadataMemory, Purged};
 pub(crate) use request::runs;
 pub use rescue::DirtyRun;
 

@@ -4,6 +4,7 @@
 use super::*;
 use crate::mode::{Promotion, SeqCutoff};
 
+mod admin;
 mod counters;
 mod discard;
 mod eviction;
