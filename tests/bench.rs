@@ -191,3 +191,197 @@ fn queue_depth_is_really_reached_on_a_slow_device() {
         r["ops"].as_u64().unwrap() * 4096
     );
 }
+
+/// Splits a CSV line on commas outside quotes.
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    assert!(!quoted, "unbalanced quotes: {line}");
+    out.push(cur);
+    out
+}
+
+/// Every line of a CSV has the header's fields; returns the data rows' fields.
+fn valid_csv(text: &str) -> Vec<Vec<String>> {
+    assert!(text.ends_with('\n'), "a half row at the end: {text:?}");
+    let mut lines = text.lines();
+    let header = csv_fields(lines.next().expect("a header"));
+    assert_eq!(header[0], "target");
+    lines
+        .map(|l| {
+            let f = csv_fields(l);
+            assert_eq!(f.len(), header.len(), "{l}");
+            assert!(f[9].parse::<f64>().is_ok(), "mb_per_s of {l}");
+            f
+        })
+        .collect()
+}
+
+fn stripefs_mounts_of(tag: &str) -> Vec<String> {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("fuse.stripefs") && l.contains(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_sweep_stopped_by_sigint_keeps_its_rows_and_resume_measures_only_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    let devs: Vec<String> = (0..2)
+        .map(|i| {
+            let d = root.path().join(format!("dev{i}"));
+            fs::create_dir(&d).unwrap();
+            d.display().to_string()
+        })
+        .collect();
+    let csv = root.path().join("sweep.csv");
+    let jsonl = root.path().join("sweep.jsonl");
+    let chart = root.path().join("sweep.svg");
+    let devices = devs.join(",");
+    let sweep = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "bench",
+            "sweep",
+            "--devices",
+            &devices,
+            "--stripe-sizes",
+            "8K,64K",
+            "--widths",
+            "2",
+            "--size",
+            "4M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=rand,bs=4K,qd=2",
+            "--chart",
+            chart.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    // 2 rows of the baseline, 2 of each of the two volumes.
+    let mut child = std::process::Command::new(BIN)
+        .args(sweep(&["--csv", csv.to_str().unwrap()]))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    // The first volume's first row: that volume is mounted, measuring its next test.
+    loop {
+        let text = fs::read_to_string(&csv).unwrap_or_default();
+        if text.lines().any(|l| l.contains("\",false,")) {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the sweep ended before it was stopped"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no row in a minute: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a volume is mounted while it is measured"
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stopped by a signal") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(
+        stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a mount left behind"
+    );
+    for d in &devs {
+        assert_eq!(fs::read_dir(d).unwrap().count(), 0, "{d} left dirty");
+    }
+    let rows = valid_csv(&fs::read_to_string(&csv).unwrap());
+    assert!((3..6).contains(&rows.len()), "{rows:?}");
+    assert_eq!(
+        fs::read_to_string(&jsonl).unwrap().lines().count(),
+        rows.len(),
+        "one JSON line per CSV row"
+    );
+    let before = rows.len();
+    // Volumes whose two rows are both in: not mounted again.
+    let whole = ["8K", "64K"]
+        .iter()
+        .filter(|s| {
+            rows.iter()
+                .filter(|r| r[0].contains(&format!("stripe {s},")))
+                .count()
+                == 2
+        })
+        .count();
+
+    let out = stripefs(
+        &sweep(&["--resume", csv.to_str().unwrap(), "--json"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{before} rows already measured")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{} configurations mounted and measured, {whole} taken whole",
+            2 - whole
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("({} rows measured now)", 6 - before)),
+        "{stderr}"
+    );
+    let text = fs::read_to_string(&csv).unwrap();
+    let rows = valid_csv(&text);
+    assert_eq!(rows.len(), 6, "{text}");
+    let mut keys: Vec<(String, String)> =
+        rows.iter().map(|r| (r[0].clone(), r[8].clone())).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "no row measured twice: {text}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for t in report["targets"].as_array().unwrap() {
+        assert_eq!(t["results"].as_array().unwrap().len(), 2, "{t}");
+    }
+    assert_eq!(fs::read_to_string(&jsonl).unwrap().lines().count(), 6);
+
+    // All done: nothing mounted, nothing measured, the files as they were.
+    let out = stripefs(
+        &sweep(&["--resume", csv.to_str().unwrap()])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("0 configurations mounted and measured, 2 taken whole")
+            && stderr.contains("(0 rows measured now)"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(&csv).unwrap(), text);
+}

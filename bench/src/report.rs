@@ -4,13 +4,13 @@
 use crate::engine::{self, Measured, RunSpec, TestFile};
 use crate::fio;
 use crate::profile::Job;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TestResult {
     pub test: String,
     pub direction: String,
@@ -22,7 +22,8 @@ pub struct TestResult {
 }
 
 /// One thing measured: a plain directory or a stripefs volume configuration.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Target {
     pub label: String,
     pub path: PathBuf,
@@ -32,6 +33,12 @@ pub struct Target {
     pub cache: Option<String>,
     /// Device models of emulated devices ("hdd-5400 (emulated: ...)").
     pub emulated: Vec<String>,
+    /// How a stripefs volume reads and writes its devices: "direct" or "buffered".
+    pub device_io: Option<String>,
+    /// The volume's device I/O engine ("uring", "threads").
+    pub io_engine: Option<String>,
+    /// One line per device: its path and whether it is real or emulated (and as what).
+    pub device_list: Vec<String>,
     pub results: Vec<TestResult>,
 }
 
@@ -61,36 +68,107 @@ pub fn measure(
     stop: &AtomicBool,
     on_test: &mut dyn FnMut(&str),
 ) -> io::Result<Vec<TestResult>> {
-    let file = TestFile::create(dir, spec.size)?;
+    measure_with(
+        dir,
+        jobs,
+        spec,
+        runs,
+        with_fio,
+        stop,
+        &mut Hooks {
+            on_test,
+            done: &|_, _| None,
+            on_result: &mut |_| Ok(()),
+        },
+    )
+}
+
+/// What a caller hears and decides while `measure_with` runs.
+pub struct Hooks<'a> {
+    /// The name of each test as it starts ("SEQ1M Q8T1 read").
+    pub on_test: &'a mut dyn FnMut(&str),
+    /// A result measured before (test, direction): the test is not run again, its result is
+    /// taken as it was.
+    pub done: &'a dyn Fn(&str, &str) -> Option<TestResult>,
+    /// Each newly measured result, the moment its test ends (before the next one starts).
+    pub on_result: &'a mut dyn FnMut(&TestResult) -> io::Result<()>,
+}
+
+/// The tests `jobs` make, in the order they run: reads first, on the laid-out file; then
+/// writes, as CrystalDiskMark orders them. (test name, direction.)
+pub fn tests_of(jobs: &[Job]) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
-    // Reads first, on the laid-out file; then writes, as CrystalDiskMark orders them.
+    for read in [true, false] {
+        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
+            out.push((job.name(), if read { "read" } else { "write" }));
+        }
+    }
+    out
+}
+
+/// `measure`, with results taken from an earlier run where `hooks.done` has them, and each new
+/// result handed to `hooks.on_result` as soon as it is complete. A stop request ends the run
+/// with `Interrupted`; a test cut short by it is dropped, never reported.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_with(
+    dir: &Path,
+    jobs: &[Job],
+    spec: &RunSpec,
+    runs: usize,
+    with_fio: bool,
+    stop: &AtomicBool,
+    hooks: &mut Hooks,
+) -> io::Result<Vec<TestResult>> {
+    let stopped = || io::Error::new(io::ErrorKind::Interrupted, "stopped");
+    let is_stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    let mut file = None;
+    let mut out = Vec::new();
     for read in [true, false] {
         for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
             let direction = if read { "read" } else { "write" };
             let name = job.name();
+            if let Some(earlier) = (hooks.done)(&name, direction) {
+                out.push(earlier);
+                continue;
+            }
+            if is_stopped() {
+                return Err(stopped());
+            }
+            // Laid out once, on the first test that runs.
+            if file.is_none() {
+                file = Some(TestFile::create(dir, spec.size)?);
+            }
+            let file = file.as_ref().expect("laid out above");
             let mut measured = Vec::with_capacity(runs);
             for _ in 0..runs.max(1) {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                if is_stopped() {
+                    return Err(stopped());
                 }
-                on_test(&format!("{name} {direction}"));
-                measured.push(engine::run(&file, job, read, spec, stop)?);
+                (hooks.on_test)(&format!("{name} {direction}"));
+                let m = engine::run(file, job, read, spec, stop)?;
+                if is_stopped() {
+                    // Cut short: not a measurement of the full duration.
+                    return Err(stopped());
+                }
+                measured.push(m);
             }
             let (median, best) = engine::median_and_best(&measured);
             let fio = if with_fio {
-                on_test(&format!("{name} {direction} (fio)"));
-                Some(fio::run(&file, job, read, spec)?)
+                (hooks.on_test)(&format!("{name} {direction} (fio)"));
+                Some(fio::run(file, job, read, spec)?)
             } else {
                 None
             };
-            out.push(TestResult {
+            let result = TestResult {
                 test: name,
                 direction: direction.into(),
                 runs: measured,
                 median,
                 best,
                 fio,
-            });
+            };
+            (hooks.on_result)(&result)?;
+            out.push(result);
         }
     }
     Ok(out)
@@ -272,45 +350,53 @@ impl Report {
 
     /// One row per target and test.
     pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s\n",
-        );
+        let mut s = String::from(CSV_HEADER);
+        s.push('\n');
         for t in self.baseline.iter().chain(&self.targets) {
             let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
             for r in &t.results {
-                let ratio = self
-                    .baseline_of(&r.test, &r.direction)
-                    .filter(|b| b.mb_per_s > 0.0)
-                    .map(|b| format!("{:.4}", r.median.mb_per_s / b.mb_per_s))
-                    .unwrap_or_default();
-                let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
-                    t.label.replace('"', "'"),
-                    is_base,
-                    opt(t.devices.map(|d| d as u64)),
-                    opt(t.stripe_size.map(u64::from)),
-                    opt(t.width.map(u64::from)),
-                    t.cache.clone().unwrap_or_default(),
-                    t.emulated.join("; ").replace('"', "'"),
-                    r.test,
-                    r.direction,
-                    r.median.mb_per_s,
-                    r.median.iops,
-                    r.median.mean_us,
-                    r.median.p99_us,
-                    r.best.mb_per_s,
-                    ratio,
-                    r.fio
-                        .as_ref()
-                        .map(|f| format!("{:.2}", f.mb_per_s))
-                        .unwrap_or_default()
-                );
+                let base = self.baseline_of(&r.test, &r.direction).map(|b| b.mb_per_s);
+                s.push_str(&csv_row(t, is_base, r, base));
+                s.push('\n');
             }
         }
         s
     }
+}
+
+/// The CSV's columns.
+pub const CSV_HEADER: &str = "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s";
+
+/// One CSV row (no newline): `target`'s result `r`, with its ratio to the baseline's MB/s
+/// `base` when there is one.
+pub fn csv_row(t: &Target, is_base: bool, r: &TestResult, base: Option<f64>) -> String {
+    let ratio = base
+        .filter(|&b| b > 0.0)
+        .map(|b| format!("{:.4}", r.median.mb_per_s / b))
+        .unwrap_or_default();
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    format!(
+        "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
+        t.label.replace('"', "'"),
+        is_base,
+        opt(t.devices.map(|d| d as u64)),
+        opt(t.stripe_size.map(u64::from)),
+        opt(t.width.map(u64::from)),
+        t.cache.clone().unwrap_or_default(),
+        t.emulated.join("; ").replace('"', "'"),
+        r.test,
+        r.direction,
+        r.median.mb_per_s,
+        r.median.iops,
+        r.median.mean_us,
+        r.median.p99_us,
+        r.best.mb_per_s,
+        ratio,
+        r.fio
+            .as_ref()
+            .map(|f| format!("{:.2}", f.mb_per_s))
+            .unwrap_or_default()
+    )
 }
 
 pub fn human(bytes: u64) -> String {
