@@ -872,6 +872,10 @@ pub fn sweep(
 /// The seeds' RAM-disk RAID-0 experiment: tmpfs devices on emulated 175/146 MB/s SATA ports,
 /// 4 and 8 of them, stripes 8K/64K/256K, test files of 100 MB and 1000 MB.
 pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
+    // Refused before a RAM disk is mounted or anything measured.
+    if let Some(chart) = &opts.chart {
+        bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
+    }
     match name {
         "raidcard" => raidcard(opts, dir),
         "cas" => cas(opts, dir),

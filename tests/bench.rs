@@ -385,3 +385,54 @@ fn a_sweep_stopped_by_sigint_keeps_its_rows_and_resume_measures_only_the_rest() 
     );
     assert_eq!(fs::read_to_string(&csv).unwrap(), text);
 }
+
+#[test]
+fn a_chart_in_an_unknown_format_is_refused_before_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("dev0");
+    fs::create_dir(&dev).unwrap();
+    let chart = root.path().join("out.jpg");
+    let csv = root.path().join("out.csv");
+    let preset_dir = root.path().join("preset");
+    for args in [
+        vec![
+            "bench",
+            "sweep",
+            "--devices",
+            dev.to_str().unwrap(),
+            "--widths",
+            "1",
+        ],
+        vec!["bench", dev.to_str().unwrap()],
+        vec![
+            "bench",
+            "compare",
+            dev.to_str().unwrap(),
+            dev.to_str().unwrap(),
+        ],
+        vec![
+            "bench",
+            "preset",
+            "raidcard",
+            "--dir",
+            preset_dir.to_str().unwrap(),
+        ],
+    ] {
+        let mut args = args;
+        args.extend(["--chart", chart.to_str().unwrap()]);
+        args.extend(["--csv", csv.to_str().unwrap(), "--size", "4M"]);
+        let start = std::time::Instant::now();
+        let out = stripefs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains("unknown chart format \".jpg\"") && err.contains(".svg, .png"),
+            "{args:?}: {err}"
+        );
+        // Nothing was run: no test, no file, no mount, no RAM disk.
+        assert!(start.elapsed().as_secs() < 5, "{args:?} ran first");
+        assert!(!chart.exists() && !csv.exists(), "{args:?}");
+        assert_eq!(fs::read_dir(&dev).unwrap().count(), 0, "{args:?}");
+        assert!(!preset_dir.exists(), "{args:?}");
+    }
+}
