@@ -389,6 +389,10 @@ fn describe_target(dir: &Path) -> Target {
     let mut target = Target {
         label: dir.display().to_string(),
         path: dir.to_path_buf(),
+        device_list: vec![format!(
+            "{}: real directory, not a stripefs volume (no FUSE)",
+            dir.display()
+        )],
         ..Target::default()
     };
     if let Ok(status) = crate::xattr::volume_status(dir) {
@@ -414,8 +418,43 @@ fn describe_target(dir: &Path) -> Target {
             status["layout"].as_str().unwrap_or(""),
             status["options"]["io_engine"].as_str().unwrap_or("?")
         );
+        let c = &status["cache"];
+        target.cache = Some(if c.is_object() {
+            format!(
+                "{}:{} {}",
+                c["store"].as_str().unwrap_or("?"),
+                c["default_mode"].as_str().unwrap_or("?"),
+                bench::report::human(c["size_bytes"].as_u64().unwrap_or(0))
+            )
+        } else {
+            "none".into()
+        });
+        from_status(&mut target, &status);
     }
     target
+}
+
+/// What a mounted volume's status says of its device I/O: direct or buffered, the engine,
+/// and each device, real or emulated.
+fn from_status(target: &mut Target, status: &serde_json::Value) {
+    let o = &status["options"];
+    target.io_engine = o["io_engine"].as_str().map(str::to_string);
+    target.device_io = o["device_io"].as_str().map(str::to_string);
+    target.device_list = status["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "device {} {}: {}",
+                d["index"],
+                d["path"].as_str().unwrap_or("?"),
+                d["emulated"]
+                    .as_str()
+                    .map_or("real".to_string(), |e| format!("EMULATED {e}"))
+            )
+        })
+        .collect();
 }
 
 /// `stripefs bench DIR`: one target, any directory.
@@ -778,6 +817,13 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
                 resumed += 1;
                 let dir = c.devices[0].clone();
                 plan.measure(&dir, &mut t, false, &ctx)?;
+                t.device_list = vec![format!(
+                    "(every row resumed from {}: devices as configured above)",
+                    plan.log
+                        .as_ref()
+                        .map(|l| l.borrow().csv_path.display().to_string())
+                        .unwrap_or_default()
+                )];
                 targets.push(t);
                 continue;
             }
@@ -785,6 +831,16 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
             let volume = SweepVolume::build(c, &tag, plan.spec.size)?;
             mounted += 1;
             t.path = volume.mnt.clone();
+            if let Ok(status) = crate::xattr::volume_status(&volume.mnt) {
+                from_status(&mut t, &status);
+            }
+            if let Some(cache) = &c.cache {
+                t.device_list.push(match (&cache.dir, &cache.emulate) {
+                    (None, _) => "cache: in RAM".to_string(),
+                    (Some(d), None) => format!("cache device {}: real", d.display()),
+                    (Some(d), Some(e)) => format!("cache device {}: EMULATED {e}", d.display()),
+                });
+            }
             plan.measure(&volume.mnt, &mut t, false, &ctx)?;
             targets.push(t);
             if ctx.stop.load(Ordering::Relaxed) {

@@ -436,3 +436,115 @@ fn a_chart_in_an_unknown_format_is_refused_before_the_run() {
         assert!(!preset_dir.exists(), "{args:?}");
     }
 }
+
+#[test]
+fn every_run_header_says_its_io_mode_engine_cache_and_devices() {
+    // A sweep over emulated devices, O_DIRECT throughout (/tmp's ext4 takes it).
+    let root = tempfile::tempdir().unwrap();
+    let devs: Vec<String> = (0..2)
+        .map(|i| {
+            let d = root.path().join(format!("dev{i}"));
+            fs::create_dir(&d).unwrap();
+            d.display().to_string()
+        })
+        .collect();
+    let chart = root.path().join("h.svg");
+    let sweep = |device_io: &str| {
+        stripefs_ok(&[
+            "bench",
+            "sweep",
+            "--devices",
+            &devs.join(","),
+            "--stripe-sizes",
+            "64K",
+            "--widths",
+            "2",
+            "--cache",
+            "ram:wb",
+            "--emulate",
+            "nvme",
+            "--device-io",
+            device_io,
+            "--size",
+            "2M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=randread,bs=4K,qd=1",
+            "--chart",
+            chart.to_str().unwrap(),
+        ])
+    };
+    let out = sweep("direct");
+    assert!(out.contains("test file I/O: O_DIRECT\n"), "{out}");
+    assert!(
+        out.contains("workload engine: the built-in engine"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O direct (O_DIRECT), io engine ")
+            && out.contains(", cache ram:wb\n"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("BUFFERED"),
+        "a direct run is not marked: {out}"
+    );
+    assert!(out.contains(": real directory, no FUSE"), "{out}");
+    for (i, d) in devs.iter().enumerate() {
+        assert!(
+            out.contains(&format!("device {i} {d}/stripefs-sweep-"))
+                && out.contains(": EMULATED nvme (emulated"),
+            "{out}"
+        );
+    }
+    assert!(out.contains("cache: in RAM"), "{out}");
+    let engine = out
+        .split("io engine ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap();
+    assert!(["uring", "threads"].contains(&engine), "{engine}");
+
+    // Buffered device I/O: marked as flattered by the page cache.
+    let out = sweep("buffered");
+    assert!(
+        out.contains("BUFFERED: figures are flattered by the page cache"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O BUFFERED (flattered by the devices' page cache)"),
+        "{out}"
+    );
+
+    // A mounted volume over real directories, a buffered test file.
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let out = stripefs_ok(&[
+        "bench",
+        v.mnt_str(),
+        "--buffered",
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--profile",
+        "custom:rw=randread,bs=4K,qd=1",
+    ]);
+    assert!(out.contains("test file I/O: buffered\n"), "{out}");
+    assert!(
+        out.contains("BUFFERED: figures are flattered by the page cache"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O direct (O_DIRECT), io engine "),
+        "{out}"
+    );
+    assert!(out.contains(", cache none\n"), "{out}");
+    assert!(
+        out.contains("device 0 ") && out.contains("device 1 "),
+        "{out}"
+    );
+    assert_eq!(out.matches(": real\n").count(), 2, "{out}");
+    assert!(!out.contains("EMULATED"), "{out}");
+}

@@ -271,12 +271,27 @@ impl Report {
         self.targets.iter().any(|t| !t.emulated.is_empty())
     }
 
-    /// A table per target, like CrystalDiskMark's window.
-    pub fn table(&self) -> String {
+    /// Whether any figure went through a page cache: the test file opened without O_DIRECT
+    /// (asked for, or a fallback where the target refused it), or a volume's device I/O
+    /// buffered.
+    pub fn buffered(&self) -> bool {
+        let all = || self.baseline.iter().chain(&self.targets);
+        !self.direct
+            || all().any(|t| t.device_io.as_deref() == Some("buffered"))
+            || all().any(|t| {
+                t.results
+                    .iter()
+                    .any(|r| r.median.ops > 0 && !r.median.direct)
+            })
+    }
+
+    /// The run's header: how the I/O was done, by what, on what devices, so a figure is never
+    /// read without its conditions.
+    pub fn header(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "profile {}, test size {}, {:.0}s per test, {} run(s){}, {}",
+            "profile {}, test size {}, {:.0}s per test, {} run(s){}",
             self.profile,
             human(self.size),
             self.duration_secs,
@@ -286,15 +301,69 @@ impl Report {
             } else {
                 ""
             },
-            if self.direct { "O_DIRECT" } else { "buffered" }
         );
-        let _ = writeln!(s, "measured by {}", self.measured_by);
+        let fell_back = self.direct
+            && self.baseline.iter().chain(&self.targets).any(|t| {
+                t.results
+                    .iter()
+                    .any(|r| r.median.ops > 0 && !r.median.direct)
+            });
+        let _ = writeln!(
+            s,
+            "test file I/O: {}",
+            match (self.direct, fell_back) {
+                (true, false) => "O_DIRECT",
+                (true, true) => "O_DIRECT asked, buffered where the target refused it",
+                (false, _) => "buffered",
+            }
+        );
+        let _ = writeln!(s, "workload engine: {}", self.measured_by);
+        if self.buffered() {
+            let _ = writeln!(
+                s,
+                "BUFFERED: figures are flattered by the page cache (buffered test file or \
+                 device I/O): they may measure memory, not the devices"
+            );
+        }
         if self.emulated() {
             let _ = writeln!(
                 s,
                 "EMULATED devices: figures model slower drives on this machine"
             );
         }
+        s
+    }
+
+    /// One target's header lines: device I/O mode, I/O engine, cache, each device real or
+    /// emulated.
+    fn target_header(t: &Target, is_base: bool) -> String {
+        let mut s = String::new();
+        if !is_base && t.devices.is_some() {
+            let _ = writeln!(
+                s,
+                "   device I/O {}, io engine {}, cache {}",
+                match t.device_io.as_deref() {
+                    Some("direct") => "direct (O_DIRECT)",
+                    Some("buffered") => "BUFFERED (flattered by the devices' page cache)",
+                    Some(other) => other,
+                    None => "unknown",
+                },
+                t.io_engine.as_deref().unwrap_or("unknown"),
+                t.cache.as_deref().unwrap_or("none")
+            );
+        }
+        for d in &t.device_list {
+            let _ = writeln!(s, "   {d}");
+        }
+        for e in &t.emulated {
+            let _ = writeln!(s, "   {e}");
+        }
+        s
+    }
+
+    /// A table per target, like CrystalDiskMark's window, after the run's header.
+    pub fn table(&self) -> String {
+        let mut s = self.header();
         for t in self.baseline.iter().chain(&self.targets) {
             let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
             let _ = writeln!(
@@ -303,9 +372,7 @@ impl Report {
                 t.label,
                 if is_base { "  [baseline, no FUSE]" } else { "" }
             );
-            for e in &t.emulated {
-                let _ = writeln!(s, "   {e}");
-            }
+            s.push_str(&Self::target_header(t, is_base));
             let _ = writeln!(
                 s,
                 "{:<15} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8}{}",
