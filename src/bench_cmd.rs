@@ -319,6 +319,8 @@ struct Ctx {
     stop: Arc<AtomicBool>,
     /// Ends the thread that moves `test` along.
     ticker: Arc<AtomicBool>,
+    /// A counted test is running (it counts as done when the next starts, or at the end).
+    running: std::cell::Cell<bool>,
 }
 
 impl Ctx {
@@ -342,16 +344,20 @@ impl Ctx {
         };
         let bar = multi.add(ProgressBar::new(total));
         bar.set_style(style(
-            "sweep {elapsed_precise} [{bar:30}] {pos}/{len} tests, ETA {eta_precise}",
+            "all   {elapsed_precise} [{bar:30}] {pos}/{len} tests done, ETA {eta_precise}",
         ));
         let test = multi.add(ProgressBar::new(test_duration.as_millis().max(1) as u64));
-        test.set_style(style("test  [{bar:30}] {eta} left  {msg}"));
+        test.set_style(style("test  {prefix:>8} left [{bar:30}] {wide_msg}"));
         let ticker = Arc::new(AtomicBool::new(false));
         if shown {
             let (test, ticker) = (test.clone(), ticker.clone());
             std::thread::spawn(move || {
                 while !ticker.load(Ordering::Relaxed) {
-                    test.set_position(test.elapsed().as_millis() as u64);
+                    // Time left of a test of fixed duration: its own clock, not an estimate.
+                    let done = test.elapsed().as_millis() as u64;
+                    let left = test.length().unwrap_or(0).saturating_sub(done);
+                    test.set_position(done);
+                    test.set_prefix(format!("{:.1}s", left as f64 / 1000.0));
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
             });
@@ -361,23 +367,32 @@ impl Ctx {
             test,
             stop,
             ticker,
+            running: std::cell::Cell::new(false),
         })
     }
 
     /// A test starts; `counts` when it is one of the total (not a fio cross-check).
     fn start_test(&self, what: &str, counts: bool) {
-        if counts {
+        if self.running.replace(counts) {
             self.bar.inc(1);
         }
         self.test.reset();
+        self.test.set_prefix(format!(
+            "{:.1}s",
+            self.test.length().unwrap_or(0) as f64 / 1000.0
+        ));
         self.test.set_message(what.to_string());
     }
 
     fn end_test(&self) {
+        if self.running.replace(false) && !self.stop.load(Ordering::Relaxed) {
+            self.bar.inc(1);
+        }
         self.test.set_message(String::new());
     }
 
     fn finish(&self) {
+        self.end_test();
         self.ticker.store(true, Ordering::Relaxed);
         self.test.finish_and_clear();
         self.bar.finish_and_clear();
@@ -594,9 +609,19 @@ impl SweepVolume {
     }
 }
 
+/// Whether `path` is a mount point now (a mount whose `stripefs mount` was interrupted after
+/// its daemon had mounted still counts).
+fn is_mount_point(path: &Path) -> bool {
+    let want = path.display().to_string().replace(' ', "\\040");
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+    })
+}
+
 impl Drop for SweepVolume {
     fn drop(&mut self) {
-        if self.mounted {
+        if self.mounted || is_mount_point(&self.mnt) {
             let mnt = self.mnt.display().to_string();
             if run_self(&["umount", &mnt]).is_err() {
                 let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
@@ -828,7 +853,14 @@ fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> 
                 continue;
             }
             let tag = format!("{}-{k}", std::process::id());
-            let volume = SweepVolume::build(c, &tag, plan.spec.size)?;
+            // A Ctrl-C from a terminal also hits mkfs and mount, which then fail.
+            let volume = SweepVolume::build(c, &tag, plan.spec.size).map_err(|e| {
+                if ctx.stop.load(Ordering::Relaxed) {
+                    plan.stopped()
+                } else {
+                    e
+                }
+            })?;
             mounted += 1;
             t.path = volume.mnt.clone();
             if let Ok(status) = crate::xattr::volume_status(&volume.mnt) {

@@ -548,3 +548,63 @@ fn every_run_header_says_its_io_mode_engine_cache_and_devices() {
     assert_eq!(out.matches(": real\n").count(), 2, "{out}");
     assert!(!out.contains("EMULATED"), "{out}");
 }
+
+#[test]
+fn sigterm_to_the_whole_process_group_also_stops_cleanly() {
+    // As a terminal's Ctrl-C or a service manager's stop: every process of the group gets the
+    // signal, mkfs and mount included when they run.
+    use std::os::unix::process::CommandExt;
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("dev0");
+    fs::create_dir(&dev).unwrap();
+    let csv = root.path().join("t.csv");
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "bench",
+            "sweep",
+            "--devices",
+            dev.to_str().unwrap(),
+            "--stripe-sizes",
+            "8K,64K",
+            "--widths",
+            "1",
+            "--size",
+            "2M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=randread,bs=4K,qd=1",
+            "--csv",
+            csv.to_str().unwrap(),
+        ])
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    // The baseline's row is in: the first volume is being built or measured.
+    while !fs::read_to_string(&csv)
+        .unwrap_or_default()
+        .contains("\",true,")
+    {
+        assert!(child.try_wait().unwrap().is_none(), "ended before stopped");
+        assert!(start.elapsed().as_secs() < 60);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+    assert!(
+        stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a mount left behind"
+    );
+    assert_eq!(fs::read_dir(&dev).unwrap().count(), 0, "device left dirty");
+    let rows = valid_csv(&fs::read_to_string(&csv).unwrap());
+    assert!((1..4).contains(&rows.len()), "{rows:?}");
+    assert_eq!(rows[0][1], "true", "the baseline's row first");
+}
