@@ -135,6 +135,7 @@ impl ResultLog {
             base: HashMap::new(),
             appended: 0,
         };
+        let mut records = Vec::new();
         for line in lines.lines().filter(|l| !l.trim().is_empty()) {
             let record: Record = serde_json::from_str(line).map_err(|e| {
                 io::Error::new(
@@ -142,17 +143,31 @@ impl ResultLog {
                     format!("{}: {e}", log.jsonl_path.display()),
                 )
             })?;
-            log.remember(record);
+            log.remember(record.clone());
+            records.push(record);
         }
         let rows = text.lines().count().saturating_sub(1);
-        if rows != log.done.len() {
+        if records.len() == rows + 1 {
+            // Killed between the JSON line and its CSV row: the row is written now.
+            let r = &records[rows];
+            let base = log.base_of(&r.result, r.size, r.direct);
+            let mut row = csv_row(
+                &r.target,
+                r.baseline,
+                &r.result,
+                if r.baseline { None } else { base },
+            );
+            row.push('\n');
+            log.csv.write_all(row.as_bytes())?;
+            log.csv.sync_data()?;
+        } else if rows != records.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "{} has {rows} rows but {} has {}: they are not from the same run",
                     csv.display(),
                     log.jsonl_path.display(),
-                    log.done.len()
+                    records.len()
                 ),
             ));
         }
@@ -194,6 +209,12 @@ impl ResultLog {
             .map(|r| r.result.clone())
     }
 
+    fn base_of(&self, r: &TestResult, size: u64, direct: bool) -> Option<f64> {
+        self.base
+            .get(&(r.test.clone(), r.direction.clone(), size, direct))
+            .copied()
+    }
+
     /// Appends a finished test to both files and flushes them to the disk.
     pub fn append(
         &mut self,
@@ -203,10 +224,7 @@ impl ResultLog {
         size: u64,
         direct: bool,
     ) -> io::Result<()> {
-        let base = self
-            .base
-            .get(&(r.test.clone(), r.direction.clone(), size, direct))
-            .copied();
+        let base = self.base_of(r, size, direct);
         let record = Record {
             key: key(t, baseline, &r.test, &r.direction, size, direct),
             baseline,
@@ -310,6 +328,24 @@ mod tests {
         assert!(text.ends_with('\n'));
         assert!(text.lines().nth(3).unwrap().contains(",0.5000,"), "{text}");
         assert_eq!(ResultLog::resume(&csv).unwrap().rows(), 3);
+
+        // Killed between a JSON line and its CSV row: the row is restored from the line.
+        let full = std::fs::read_to_string(&csv).unwrap();
+        let cut = full[..full.len() - 1].rfind('\n').unwrap() + 1;
+        std::fs::write(&csv, &full[..cut]).unwrap();
+        let log = ResultLog::resume(&csv).unwrap();
+        assert_eq!(log.rows(), 3);
+        drop(log);
+        assert_eq!(std::fs::read_to_string(&csv).unwrap(), full);
+        // Rows missing from the JSON Lines: not the same run.
+        let jl = std::fs::read_to_string(jsonl_beside(&csv)).unwrap();
+        std::fs::write(
+            jsonl_beside(&csv),
+            jl.lines().next().unwrap().to_string() + "\n",
+        )
+        .unwrap();
+        let err = ResultLog::resume(&csv).err().unwrap();
+        assert!(err.to_string().contains("not from the same run"), "{err}");
     }
 
     #[test]
