@@ -608,3 +608,52 @@ fn sigterm_to_the_whole_process_group_also_stops_cleanly() {
     assert!((1..4).contains(&rows.len()), "{rows:?}");
     assert_eq!(rows[0][1], "true", "the baseline's row first");
 }
+
+#[test]
+fn the_cas_preset_with_a_custom_profile_prints_real_rows() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ram");
+    let chart = root.path().join("cas.svg");
+    let out = stripefs_ok(&[
+        "bench",
+        "preset",
+        "cas",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--profile",
+        "custom:rw=randread,bs=4K,qd=1",
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let table = out
+        .split("speedup of a write-back cache over the HDD alone\n")
+        .nth(1)
+        .expect(&out);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "only the test measured: {table}");
+    let f: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(&f[..3], ["RND4K", "Q1T1", "read"], "{table}");
+    let hdd: f64 = f[3].parse().unwrap();
+    assert!(hdd > 0.0, "{table}");
+    for (mb, x, seed) in [(4, 5, 6), (7, 8, 9)] {
+        assert!(f[mb].parse::<f64>().unwrap() > 0.0, "{table}");
+        assert!(
+            f[x].trim_end_matches('x').parse::<f64>().unwrap() > 0.0,
+            "{table}"
+        );
+        assert!(
+            f[seed].ends_with('x'),
+            "the seed has RND4K Q1T1 read: {table}"
+        );
+    }
+    // Its volumes read and write their devices buffered (RAM disks): said so.
+    assert!(out.contains("BUFFERED: figures are flattered"), "{out}");
+    assert!(chart.exists());
+    assert!(!fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(dir.to_str().unwrap()));
+}
