@@ -3,11 +3,15 @@
 //! reporting and charting is the `bench` crate's; here volumes are built and mounted.
 
 use crate::error::{Error, Result};
+use bench::log::ResultLog;
 use bench::report::Driver;
 use bench::{profile, Report, RunSpec, Target};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::cell::RefCell;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -32,9 +36,14 @@ pub struct BenchOpts {
     /// Print JSON instead of the table
     #[arg(long, global = true)]
     pub json: bool,
-    /// Also write the results as CSV to FILE
+    /// Also write the results as CSV to FILE, and as JSON Lines beside it (FILE.jsonl), each
+    /// row the moment its test ends
     #[arg(long, global = true, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Continue the run that wrote the CSV FILE (and its .jsonl): rows already there are not
+    /// measured again, new ones are appended
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "csv")]
+    pub resume: Option<PathBuf>,
     /// Write a chart to FILE (.svg, or .png)
     #[arg(long, global = true, value_name = "FILE")]
     pub chart: Option<PathBuf>,
@@ -106,9 +115,19 @@ struct Plan {
     jobs: Vec<bench::Job>,
     spec: RunSpec,
     opts: BenchOpts,
+    /// Where each finished row goes (--csv, --resume); shared by a preset's runs.
+    log: Option<Rc<RefCell<ResultLog>>>,
 }
 
 fn plan(opts: &BenchOpts) -> Result<Plan> {
+    plan_with(opts, None)
+}
+
+/// A plan that appends to `log` when given, else opens the files --csv or --resume name.
+fn plan_with(opts: &BenchOpts, log: Option<Rc<RefCell<ResultLog>>>) -> Result<Plan> {
+    if let Some(chart) = &opts.chart {
+        bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
+    }
     let jobs = profile::parse(&opts.profile).map_err(Error::Usage)?;
     let text = opts.size.as_deref().unwrap_or("1G");
     let size =
@@ -121,7 +140,26 @@ fn plan(opts: &BenchOpts) -> Result<Plan> {
     if opts.runs == 0 {
         return Err(Error::Usage("--runs must be at least 1".into()));
     }
+    let log = match (log, &opts.resume, &opts.csv) {
+        (Some(log), _, _) => Some(log),
+        (None, Some(file), _) => {
+            let log = ResultLog::resume(file)
+                .map_err(|e| Error::Usage(format!("--resume {}: {e}", file.display())))?;
+            eprintln!(
+                "resuming {}: {} rows already measured are not measured again",
+                file.display(),
+                log.rows()
+            );
+            Some(Rc::new(RefCell::new(log)))
+        }
+        (None, None, Some(file)) => Some(Rc::new(RefCell::new(
+            ResultLog::create(file)
+                .map_err(|e| Error::Usage(format!("{}: {e}", file.display())))?,
+        ))),
+        (None, None, None) => None,
+    };
     Ok(Plan {
+        log,
         jobs,
         spec: RunSpec {
             size,
@@ -151,31 +189,97 @@ impl Plan {
         }
     }
 
-    fn measure(&self, dir: &Path, target: &mut Target, ctx: &Ctx) -> Result<()> {
+    /// The result an earlier run (--resume) has for this row.
+    fn done(
+        &self,
+        target: &Target,
+        baseline: bool,
+        test: &str,
+        direction: &str,
+    ) -> Option<bench::TestResult> {
+        let log = self.log.as_ref()?.borrow();
+        log.done(
+            target,
+            baseline,
+            test,
+            direction,
+            self.spec.size,
+            self.spec.direct,
+        )
+    }
+
+    /// Whether every row of `target` was measured by an earlier run.
+    fn all_done(&self, target: &Target, baseline: bool) -> bool {
+        bench::report::tests_of(&self.jobs)
+            .iter()
+            .all(|(t, d)| self.done(target, baseline, t, d).is_some())
+    }
+
+    /// Tests left to run for `target`, with their repeats.
+    fn tests_left(&self, target: &Target, baseline: bool) -> u64 {
+        let left = bench::report::tests_of(&self.jobs)
+            .iter()
+            .filter(|(t, d)| self.done(target, baseline, t, d).is_none())
+            .count();
+        (left * self.opts.runs) as u64
+    }
+
+    /// Measures `dir` as `target`; every finished test goes to the CSV and JSON Lines files
+    /// at once, and rows an earlier run measured are taken from it.
+    fn measure(&self, dir: &Path, target: &mut Target, baseline: bool, ctx: &Ctx) -> Result<()> {
         let label = target.label.clone();
         let mut on_test = |t: &str| {
-            ctx.bar.set_message(format!("{label}: {t}"));
-            if !t.ends_with("(fio)") {
-                ctx.bar.inc(1);
-            }
+            ctx.start_test(&format!("{label}: {t}"), !t.ends_with("(fio)"));
         };
-        target.results = bench::report::measure(
+        let fixed = target.clone();
+        let done = |t: &str, d: &str| self.done(&fixed, baseline, t, d);
+        let mut on_result = |r: &bench::TestResult| match &self.log {
+            Some(log) => {
+                log.borrow_mut()
+                    .append(&fixed, baseline, r, self.spec.size, self.spec.direct)
+            }
+            None => Ok(()),
+        };
+        let measured = bench::report::measure_with(
             dir,
             &self.jobs,
             &self.spec,
             self.opts.runs,
             self.opts.fio,
             &ctx.stop,
-            &mut on_test,
-        )
-        .map_err(|e| {
+            &mut bench::report::Hooks {
+                on_test: &mut on_test,
+                done: &done,
+                on_result: &mut on_result,
+            },
+        );
+        ctx.end_test();
+        target.results = measured.map_err(|e| {
             if e.kind() == std::io::ErrorKind::Interrupted {
-                Error::Usage("stopped by a signal".into())
+                self.stopped()
             } else {
                 Error::Usage(format!("measuring {}: {e}", dir.display()))
             }
         })?;
         Ok(())
+    }
+
+    /// The error of a run stopped by a signal, saying where its finished rows are.
+    fn stopped(&self) -> Error {
+        match &self.log {
+            Some(log) => {
+                let log = log.borrow();
+                Error::Usage(format!(
+                    "stopped by a signal; the {} finished rows are in {} and {}: \
+                     `--resume {}` measures the rest",
+                    log.rows(),
+                    log.csv_path.display(),
+                    log.jsonl_path.display(),
+                    log.csv_path.display()
+                ))
+            }
+            None => Error::Usage("stopped by a signal".into()),
+        }
     }
 
     /// Prints and writes the report as asked.
@@ -188,10 +292,14 @@ impl Plan {
         } else {
             print!("{}", report.table());
         }
-        if let Some(csv) = &self.opts.csv {
-            std::fs::write(csv, report.csv())
-                .map_err(|e| Error::Usage(format!("{}: {e}", csv.display())))?;
-            eprintln!("CSV written to {}", csv.display());
+        if let Some(log) = &self.log {
+            let log = log.borrow();
+            eprintln!(
+                "CSV written to {} and JSON Lines to {} ({} rows measured now)",
+                log.csv_path.display(),
+                log.jsonl_path.display(),
+                log.appended
+            );
         }
         if let Some(chart) = self.opts.chart.as_deref().or(default_chart) {
             bench::chart::write(report, chart)
@@ -204,24 +312,90 @@ impl Plan {
 
 /// Progress and Ctrl-C, shared by everything one command measures.
 struct Ctx {
+    /// The whole run: tests done of all, with its ETA.
     bar: ProgressBar,
+    /// The test in progress: its time elapsed of its duration, with its ETA.
+    test: ProgressBar,
     stop: Arc<AtomicBool>,
+    /// Ends the thread that moves `test` along.
+    ticker: Arc<AtomicBool>,
+    /// A counted test is running (it counts as done when the next starts, or at the end).
+    running: std::cell::Cell<bool>,
 }
 
 impl Ctx {
-    fn new(total: u64) -> Result<Ctx> {
+    /// `total` tests, each running `test_duration`. Bars only when stderr is a terminal.
+    fn new(total: u64, test_duration: std::time::Duration) -> Result<Ctx> {
         let stop = Arc::new(AtomicBool::new(false));
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(sig, stop.clone())
                 .map_err(|e| Error::Usage(format!("cannot watch signals: {e}")))?;
         }
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} tests  {msg}")
+        let shown = std::io::stderr().is_terminal();
+        let multi = MultiProgress::with_draw_target(if shown {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        let style = |t: &str| {
+            ProgressStyle::with_template(t)
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        Ok(Ctx { bar, stop })
+                .progress_chars("=> ")
+        };
+        let bar = multi.add(ProgressBar::new(total));
+        bar.set_style(style(
+            "all   {elapsed_precise} [{bar:30}] {pos}/{len} tests done, ETA {eta_precise}",
+        ));
+        let test = multi.add(ProgressBar::new(test_duration.as_millis().max(1) as u64));
+        test.set_style(style("test  {prefix:>8} left [{bar:30}] {wide_msg}"));
+        let ticker = Arc::new(AtomicBool::new(false));
+        if shown {
+            let (test, ticker) = (test.clone(), ticker.clone());
+            std::thread::spawn(move || {
+                while !ticker.load(Ordering::Relaxed) {
+                    // Time left of a test of fixed duration: its own clock, not an estimate.
+                    let done = test.elapsed().as_millis() as u64;
+                    let left = test.length().unwrap_or(0).saturating_sub(done);
+                    test.set_position(done);
+                    test.set_prefix(format!("{:.1}s", left as f64 / 1000.0));
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            });
+        }
+        Ok(Ctx {
+            bar,
+            test,
+            stop,
+            ticker,
+            running: std::cell::Cell::new(false),
+        })
+    }
+
+    /// A test starts; `counts` when it is one of the total (not a fio cross-check).
+    fn start_test(&self, what: &str, counts: bool) {
+        if self.running.replace(counts) {
+            self.bar.inc(1);
+        }
+        self.test.reset();
+        self.test.set_prefix(format!(
+            "{:.1}s",
+            self.test.length().unwrap_or(0) as f64 / 1000.0
+        ));
+        self.test.set_message(what.to_string());
+    }
+
+    fn end_test(&self) {
+        if self.running.replace(false) && !self.stop.load(Ordering::Relaxed) {
+            self.bar.inc(1);
+        }
+        self.test.set_message(String::new());
+    }
+
+    fn finish(&self) {
+        self.end_test();
+        self.ticker.store(true, Ordering::Relaxed);
+        self.test.finish_and_clear();
+        self.bar.finish_and_clear();
     }
 }
 
@@ -230,6 +404,10 @@ fn describe_target(dir: &Path) -> Target {
     let mut target = Target {
         label: dir.display().to_string(),
         path: dir.to_path_buf(),
+        device_list: vec![format!(
+            "{}: real directory, not a stripefs volume (no FUSE)",
+            dir.display()
+        )],
         ..Target::default()
     };
     if let Ok(status) = crate::xattr::volume_status(dir) {
@@ -255,17 +433,52 @@ fn describe_target(dir: &Path) -> Target {
             status["layout"].as_str().unwrap_or(""),
             status["options"]["io_engine"].as_str().unwrap_or("?")
         );
+        let c = &status["cache"];
+        target.cache = Some(if c.is_object() {
+            format!(
+                "{}:{} {}",
+                c["store"].as_str().unwrap_or("?"),
+                c["default_mode"].as_str().unwrap_or("?"),
+                bench::report::human(c["size_bytes"].as_u64().unwrap_or(0))
+            )
+        } else {
+            "none".into()
+        });
+        from_status(&mut target, &status);
     }
     target
+}
+
+/// What a mounted volume's status says of its device I/O: direct or buffered, the engine,
+/// and each device, real or emulated.
+fn from_status(target: &mut Target, status: &serde_json::Value) {
+    let o = &status["options"];
+    target.io_engine = o["io_engine"].as_str().map(str::to_string);
+    target.device_io = o["device_io"].as_str().map(str::to_string);
+    target.device_list = status["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "device {} {}: {}",
+                d["index"],
+                d["path"].as_str().unwrap_or("?"),
+                d["emulated"]
+                    .as_str()
+                    .map_or("real".to_string(), |e| format!("EMULATED {e}"))
+            )
+        })
+        .collect();
 }
 
 /// `stripefs bench DIR`: one target, any directory.
 pub fn bench_dir(dir: &Path, opts: &BenchOpts) -> Result<()> {
     let plan = plan(opts)?;
-    let ctx = Ctx::new(plan.tests())?;
     let mut target = describe_target(dir);
-    let r = plan.measure(dir, &mut target, &ctx);
-    ctx.bar.finish_and_clear();
+    let ctx = Ctx::new(plan.tests_left(&target, false), plan.spec.duration)?;
+    let r = plan.measure(dir, &mut target, false, &ctx);
+    ctx.finish();
     r?;
     plan.output(&plan.report(None, vec![target]), None)
 }
@@ -282,7 +495,14 @@ pub fn compare(dirs: &[PathBuf], no_fio: bool, opts: &BenchOpts) -> Result<()> {
     } else {
         Driver::Engine
     };
-    let ctx = Ctx::new(plan.tests() * dirs.len() as u64)?;
+    if plan.opts.resume.is_some() {
+        return Err(Error::Usage(
+            "compare measures its directories interleaved, test by test: it cannot resume \
+             (--csv keeps its rows)"
+                .into(),
+        ));
+    }
+    let ctx = Ctx::new(plan.tests() * dirs.len() as u64, plan.spec.duration)?;
     let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let measured = bench::report::compare(
         &paths,
@@ -291,12 +511,9 @@ pub fn compare(dirs: &[PathBuf], no_fio: bool, opts: &BenchOpts) -> Result<()> {
         plan.opts.runs,
         driver,
         &ctx.stop,
-        &mut |t| {
-            ctx.bar.set_message(t.to_string());
-            ctx.bar.inc(1);
-        },
+        &mut |t| ctx.start_test(t, true),
     );
-    ctx.bar.finish_and_clear();
+    ctx.finish();
     let measured = measured.map_err(|e| Error::Usage(format!("measuring: {e}")))?;
     let mut targets: Vec<Target> = dirs
         .iter()
@@ -306,6 +523,15 @@ pub fn compare(dirs: &[PathBuf], no_fio: bool, opts: &BenchOpts) -> Result<()> {
             ..describe_target(d)
         })
         .collect();
+    if let Some(log) = &plan.log {
+        let mut log = log.borrow_mut();
+        for (k, t) in targets.iter().enumerate() {
+            for r in &t.results {
+                log.append(t, k == 0, r, plan.spec.size, plan.spec.direct)
+                    .map_err(|e| Error::Usage(format!("{}: {e}", log.csv_path.display())))?;
+            }
+        }
+    }
     let baseline = targets.remove(0);
     let mut report = plan.report(Some(baseline), targets);
     report.measured_by = driver.describe().into();
@@ -383,9 +609,19 @@ impl SweepVolume {
     }
 }
 
+/// Whether `path` is a mount point now (a mount whose `stripefs mount` was interrupted after
+/// its daemon had mounted still counts).
+fn is_mount_point(path: &Path) -> bool {
+    let want = path.display().to_string().replace(' ', "\\040");
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+    })
+}
+
 impl Drop for SweepVolume {
     fn drop(&mut self) {
-        if self.mounted {
+        if self.mounted || is_mount_point(&self.mnt) {
             let mnt = self.mnt.display().to_string();
             if run_self(&["umount", &mnt]).is_err() {
                 let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
@@ -520,72 +756,138 @@ fn check_emulate(emulate: &Option<String>) -> Result<()> {
     }
 }
 
-/// Measures the baseline (one backing directory, no FUSE) and then every configuration.
-fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> Result<Report> {
-    let ctx = Ctx::new(plan.tests() * (configs.len() as u64 + 1))?;
-    let result = (|| -> Result<Report> {
-        let dir = base_dir.join(format!("stripefs-baseline-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
-        let mut baseline = Target {
-            label: format!("{} (backing directory)", base_dir.display()),
-            path: base_dir.to_path_buf(),
-            devices: Some(1),
-            ..Target::default()
-        };
-        let measured = plan.measure(&dir, &mut baseline, &ctx);
-        let _ = std::fs::remove_dir_all(&dir);
-        measured?;
-        let mut targets = Vec::new();
-        for (k, c) in configs.iter().enumerate() {
-            let tag = format!("{}-{k}", std::process::id());
-            let volume = SweepVolume::build(c, &tag, plan.spec.size)?;
-            let cache = c
-                .cache
+/// The target a sweep configuration is measured as (its path is set once it is mounted).
+fn config_target(c: &Config) -> Target {
+    let cache = c
+        .cache
+        .as_ref()
+        .map_or("none".to_string(), CacheSetup::label);
+    let mut emulated: Vec<String> = c
+        .emulate
+        .as_deref()
+        .and_then(stripe::DeviceModel::profile)
+        .map(|m| vec![format!("all devices: {}", m.describe())])
+        .unwrap_or_default();
+    if let Some(m) = c
+        .cache
+        .as_ref()
+        .and_then(|c| c.emulate.as_deref())
+        .and_then(stripe::DeviceModel::profile)
+    {
+        emulated.push(format!("cache device: {}", m.describe()));
+    }
+    Target {
+        label: format!(
+            "{} devices, stripe {}, width {}, cache {cache}{}",
+            c.devices.len(),
+            mountcfg::format_size(c.stripe as u64),
+            c.width,
+            c.emulate
                 .as_ref()
-                .map_or("none".to_string(), CacheSetup::label);
-            let mut emulated: Vec<String> = c
-                .emulate
-                .as_deref()
-                .and_then(stripe::DeviceModel::profile)
-                .map(|m| vec![format!("all devices: {}", m.describe())])
-                .unwrap_or_default();
-            if let Some(m) = c
-                .cache
-                .as_ref()
-                .and_then(|c| c.emulate.as_deref())
-                .and_then(stripe::DeviceModel::profile)
-            {
-                emulated.push(format!("cache device: {}", m.describe()));
+                .map(|e| format!(", emulated {e}"))
+                .unwrap_or_default()
+        ),
+        devices: Some(c.devices.len()),
+        stripe_size: Some(c.stripe),
+        width: Some(c.width),
+        cache: Some(cache),
+        emulated,
+        device_io: Some(
+            if c.direct_device_io {
+                "direct"
+            } else {
+                "buffered"
             }
-            let mut t = Target {
-                label: format!(
-                    "{} devices, stripe {}, width {}, cache {cache}{}",
-                    c.devices.len(),
-                    mountcfg::format_size(c.stripe as u64),
-                    c.width,
-                    c.emulate
+            .into(),
+        ),
+        ..Target::default()
+    }
+}
+
+/// Measures the baseline (one backing directory, no FUSE) and then every configuration. With
+/// --resume, rows measured before are taken from the file, and a configuration whose rows all
+/// are is not even mounted.
+fn run_sweep(plan: &Plan, base_dir: &Path, configs: &[Config], chart: &Path) -> Result<Report> {
+    let mut baseline = Target {
+        label: format!("{} (backing directory)", base_dir.display()),
+        path: base_dir.to_path_buf(),
+        devices: Some(1),
+        device_list: vec![format!("{}: real directory, no FUSE", base_dir.display())],
+        ..Target::default()
+    };
+    let config_targets: Vec<Target> = configs.iter().map(config_target).collect();
+    let left = plan.tests_left(&baseline, true)
+        + config_targets
+            .iter()
+            .map(|t| plan.tests_left(t, false))
+            .sum::<u64>();
+    let ctx = Ctx::new(left, plan.spec.duration)?;
+    let (mut mounted, mut resumed) = (0usize, 0usize);
+    let result = (|| -> Result<Report> {
+        if plan.all_done(&baseline, true) {
+            plan.measure(base_dir, &mut baseline, true, &ctx)?;
+        } else {
+            let dir = base_dir.join(format!("stripefs-baseline-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
+            let measured = plan.measure(&dir, &mut baseline, true, &ctx);
+            let _ = std::fs::remove_dir_all(&dir);
+            measured?;
+        }
+        let mut targets = Vec::new();
+        for (k, (c, t)) in configs.iter().zip(config_targets).enumerate() {
+            let mut t = t;
+            if plan.all_done(&t, false) {
+                // Every row is in the resumed file: taken from it, nothing mounted.
+                resumed += 1;
+                let dir = c.devices[0].clone();
+                plan.measure(&dir, &mut t, false, &ctx)?;
+                t.device_list = vec![format!(
+                    "(every row resumed from {}: devices as configured above)",
+                    plan.log
                         .as_ref()
-                        .map(|e| format!(", emulated {e}"))
+                        .map(|l| l.borrow().csv_path.display().to_string())
                         .unwrap_or_default()
-                ),
-                path: volume.mnt.clone(),
-                devices: Some(c.devices.len()),
-                stripe_size: Some(c.stripe),
-                width: Some(c.width),
-                cache: Some(cache),
-                emulated,
-                results: Vec::new(),
-            };
-            plan.measure(&volume.mnt, &mut t, &ctx)?;
+                )];
+                targets.push(t);
+                continue;
+            }
+            let tag = format!("{}-{k}", std::process::id());
+            // A Ctrl-C from a terminal also hits mkfs and mount, which then fail.
+            let volume = SweepVolume::build(c, &tag, plan.spec.size).map_err(|e| {
+                if ctx.stop.load(Ordering::Relaxed) {
+                    plan.stopped()
+                } else {
+                    e
+                }
+            })?;
+            mounted += 1;
+            t.path = volume.mnt.clone();
+            if let Ok(status) = crate::xattr::volume_status(&volume.mnt) {
+                from_status(&mut t, &status);
+            }
+            if let Some(cache) = &c.cache {
+                t.device_list.push(match (&cache.dir, &cache.emulate) {
+                    (None, _) => "cache: in RAM".to_string(),
+                    (Some(d), None) => format!("cache device {}: real", d.display()),
+                    (Some(d), Some(e)) => format!("cache device {}: EMULATED {e}", d.display()),
+                });
+            }
+            plan.measure(&volume.mnt, &mut t, false, &ctx)?;
             targets.push(t);
             if ctx.stop.load(Ordering::Relaxed) {
-                break;
+                return Err(plan.stopped());
             }
         }
         Ok(plan.report(Some(baseline), targets))
     })();
-    ctx.bar.finish_and_clear();
+    ctx.finish();
+    if plan.log.is_some() {
+        eprintln!(
+            "{mounted} configurations mounted and measured, {resumed} taken whole from the \
+             resumed file"
+        );
+    }
     let report = result?;
     plan.output(&report, Some(chart))?;
     Ok(report)
@@ -658,6 +960,10 @@ pub fn sweep(
 /// The seeds' RAM-disk RAID-0 experiment: tmpfs devices on emulated 175/146 MB/s SATA ports,
 /// 4 and 8 of them, stripes 8K/64K/256K, test files of 100 MB and 1000 MB.
 pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
+    // Refused before a RAM disk is mounted or anything measured.
+    if let Some(chart) = &opts.chart {
+        bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
+    }
     match name {
         "raidcard" => raidcard(opts, dir),
         "cas" => cas(opts, dir),
@@ -735,16 +1041,26 @@ fn cas(opts: &BenchOpts, dir: &Path) -> Result<()> {
         "{:<15} {:<5} {:>10} {:>12} {:>8} {:>7} {:>12} {:>8} {:>7}",
         "test", "", "HDD MB/s", "SATA-SSD", "x", "seed", "NVMe", "x", "seed"
     );
-    for (test, dir, seed_sata, seed_nvme) in CAS_SEEDS {
-        let base = value(none, test, dir).unwrap_or(0.0);
-        let cell = |t: &Target| {
-            let v = value(t, test, dir).unwrap_or(0.0);
-            (v, if base > 0.0 { v / base } else { 0.0 })
+    // The tests measured, in their order (a custom profile's too); the seed's speedup beside
+    // those it has.
+    for r in &none.results {
+        let (test, dir) = (r.test.as_str(), r.direction.as_str());
+        let base = r.median.mb_per_s;
+        let seed = CAS_SEEDS
+            .iter()
+            .find(|(t, d, _, _)| *t == test && *d == dir);
+        let cell = |t: &Target, seed: Option<f64>| match value(t, test, dir) {
+            Some(v) if base > 0.0 => format!(
+                "{v:>12.1} {:>7.0}x {:>7}",
+                v / base,
+                seed.map_or("-".to_string(), |s| format!("{s:.0}x"))
+            ),
+            _ => format!("{:>12} {:>8} {:>7}", "-", "-", "-"),
         };
-        let (s, sx) = cell(sata);
-        let (n, nx) = cell(nvme);
         println!(
-            "{test:<15} {dir:<5} {base:>10.1} {s:>12.1} {sx:>7.0}x {seed_sata:>6.0}x {n:>12.1} {nx:>7.0}x {seed_nvme:>6.0}x"
+            "{test:<15} {dir:<5} {base:>10.1} {} {}",
+            cell(sata, seed.map(|s| s.2)),
+            cell(nvme, seed.map(|s| s.3))
         );
     }
     Ok(())
@@ -769,10 +1085,13 @@ fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
         Some(s) => vec![s.clone()],
         None => vec!["100M".into(), "1000M".into()],
     };
+    let mut log = None;
     for size in sizes {
         let mut sized = opts.clone();
         sized.size = Some(size.clone());
-        let plan = plan(&sized)?;
+        // One CSV for both sizes: the size is part of each row's key.
+        let plan = plan_with(&sized, log.take())?;
+        log = plan.log.clone();
         let ram_wb = CacheSetup {
             mode: "wb".into(),
             dir: None,

@@ -306,6 +306,8 @@ pub struct Options {
     pub threads: usize,
     /// The engine that runs device I/O: "uring" or "threads".
     pub io_engine: String,
+    /// How objects are read and written on the devices: "direct" (O_DIRECT) or "buffered".
+    pub device_io: String,
     pub io_threads: usize,
     pub max_background: u16,
     pub direct_io: String,
@@ -1184,6 +1186,12 @@ impl Engine {
                 read_only: self.read_only.load(std::sync::atomic::Ordering::Relaxed),
                 threads: m.fuse_threads(self.caching.is_some()),
                 io_engine: self.volume.engine_kind().name().into(),
+                device_io: if self.config.volume.direct_device_io {
+                    "direct"
+                } else {
+                    "buffered"
+                }
+                .into(),
                 io_threads: m.io_threads,
                 max_background: m.max_background,
                 direct_io: format!("{:?}", m.direct_io).to_lowercase(),

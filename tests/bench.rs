@@ -191,3 +191,469 @@ fn queue_depth_is_really_reached_on_a_slow_device() {
         r["ops"].as_u64().unwrap() * 4096
     );
 }
+
+/// Splits a CSV line on commas outside quotes.
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    assert!(!quoted, "unbalanced quotes: {line}");
+    out.push(cur);
+    out
+}
+
+/// Every line of a CSV has the header's fields; returns the data rows' fields.
+fn valid_csv(text: &str) -> Vec<Vec<String>> {
+    assert!(text.ends_with('\n'), "a half row at the end: {text:?}");
+    let mut lines = text.lines();
+    let header = csv_fields(lines.next().expect("a header"));
+    assert_eq!(header[0], "target");
+    lines
+        .map(|l| {
+            let f = csv_fields(l);
+            assert_eq!(f.len(), header.len(), "{l}");
+            assert!(f[9].parse::<f64>().is_ok(), "mb_per_s of {l}");
+            f
+        })
+        .collect()
+}
+
+fn stripefs_mounts_of(tag: &str) -> Vec<String> {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("fuse.stripefs") && l.contains(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_sweep_stopped_by_sigint_keeps_its_rows_and_resume_measures_only_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    let devs: Vec<String> = (0..2)
+        .map(|i| {
+            let d = root.path().join(format!("dev{i}"));
+            fs::create_dir(&d).unwrap();
+            d.display().to_string()
+        })
+        .collect();
+    let csv = root.path().join("sweep.csv");
+    let jsonl = root.path().join("sweep.jsonl");
+    let chart = root.path().join("sweep.svg");
+    let devices = devs.join(",");
+    let sweep = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "bench",
+            "sweep",
+            "--devices",
+            &devices,
+            "--stripe-sizes",
+            "8K,64K",
+            "--widths",
+            "2",
+            "--size",
+            "4M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=rand,bs=4K,qd=2",
+            "--chart",
+            chart.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    // 2 rows of the baseline, 2 of each of the two volumes.
+    let mut child = std::process::Command::new(BIN)
+        .args(sweep(&["--csv", csv.to_str().unwrap()]))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    // The first volume's first row: that volume is mounted, measuring its next test.
+    loop {
+        let text = fs::read_to_string(&csv).unwrap_or_default();
+        if text.lines().any(|l| l.contains("\",false,")) {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the sweep ended before it was stopped"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no row in a minute: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a volume is mounted while it is measured"
+    );
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stopped by a signal") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(
+        stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a mount left behind"
+    );
+    for d in &devs {
+        assert_eq!(fs::read_dir(d).unwrap().count(), 0, "{d} left dirty");
+    }
+    let rows = valid_csv(&fs::read_to_string(&csv).unwrap());
+    assert!((3..6).contains(&rows.len()), "{rows:?}");
+    assert_eq!(
+        fs::read_to_string(&jsonl).unwrap().lines().count(),
+        rows.len(),
+        "one JSON line per CSV row"
+    );
+    let before = rows.len();
+    // Volumes whose two rows are both in: not mounted again.
+    let whole = ["8K", "64K"]
+        .iter()
+        .filter(|s| {
+            rows.iter()
+                .filter(|r| r[0].contains(&format!("stripe {s},")))
+                .count()
+                == 2
+        })
+        .count();
+
+    let out = stripefs(
+        &sweep(&["--resume", csv.to_str().unwrap(), "--json"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{before} rows already measured")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{} configurations mounted and measured, {whole} taken whole",
+            2 - whole
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("({} rows measured now)", 6 - before)),
+        "{stderr}"
+    );
+    let text = fs::read_to_string(&csv).unwrap();
+    let rows = valid_csv(&text);
+    assert_eq!(rows.len(), 6, "{text}");
+    let mut keys: Vec<(String, String)> =
+        rows.iter().map(|r| (r[0].clone(), r[8].clone())).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "no row measured twice: {text}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for t in report["targets"].as_array().unwrap() {
+        assert_eq!(t["results"].as_array().unwrap().len(), 2, "{t}");
+    }
+    assert_eq!(fs::read_to_string(&jsonl).unwrap().lines().count(), 6);
+
+    // All done: nothing mounted, nothing measured, the files as they were.
+    let out = stripefs(
+        &sweep(&["--resume", csv.to_str().unwrap()])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("0 configurations mounted and measured, 2 taken whole")
+            && stderr.contains("(0 rows measured now)"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(&csv).unwrap(), text);
+}
+
+#[test]
+fn a_chart_in_an_unknown_format_is_refused_before_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("dev0");
+    fs::create_dir(&dev).unwrap();
+    let chart = root.path().join("out.jpg");
+    let csv = root.path().join("out.csv");
+    let preset_dir = root.path().join("preset");
+    for args in [
+        vec![
+            "bench",
+            "sweep",
+            "--devices",
+            dev.to_str().unwrap(),
+            "--widths",
+            "1",
+        ],
+        vec!["bench", dev.to_str().unwrap()],
+        vec![
+            "bench",
+            "compare",
+            dev.to_str().unwrap(),
+            dev.to_str().unwrap(),
+        ],
+        vec![
+            "bench",
+            "preset",
+            "raidcard",
+            "--dir",
+            preset_dir.to_str().unwrap(),
+        ],
+    ] {
+        let mut args = args;
+        args.extend(["--chart", chart.to_str().unwrap()]);
+        args.extend(["--csv", csv.to_str().unwrap(), "--size", "4M"]);
+        let start = std::time::Instant::now();
+        let out = stripefs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains("unknown chart format \".jpg\"") && err.contains(".svg, .png"),
+            "{args:?}: {err}"
+        );
+        // Nothing was run: no test, no file, no mount, no RAM disk.
+        assert!(start.elapsed().as_secs() < 5, "{args:?} ran first");
+        assert!(!chart.exists() && !csv.exists(), "{args:?}");
+        assert_eq!(fs::read_dir(&dev).unwrap().count(), 0, "{args:?}");
+        assert!(!preset_dir.exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn every_run_header_says_its_io_mode_engine_cache_and_devices() {
+    // A sweep over emulated devices, O_DIRECT throughout (/tmp's ext4 takes it).
+    let root = tempfile::tempdir().unwrap();
+    let devs: Vec<String> = (0..2)
+        .map(|i| {
+            let d = root.path().join(format!("dev{i}"));
+            fs::create_dir(&d).unwrap();
+            d.display().to_string()
+        })
+        .collect();
+    let chart = root.path().join("h.svg");
+    let sweep = |device_io: &str| {
+        stripefs_ok(&[
+            "bench",
+            "sweep",
+            "--devices",
+            &devs.join(","),
+            "--stripe-sizes",
+            "64K",
+            "--widths",
+            "2",
+            "--cache",
+            "ram:wb",
+            "--emulate",
+            "nvme",
+            "--device-io",
+            device_io,
+            "--size",
+            "2M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=randread,bs=4K,qd=1",
+            "--chart",
+            chart.to_str().unwrap(),
+        ])
+    };
+    let out = sweep("direct");
+    assert!(out.contains("test file I/O: O_DIRECT\n"), "{out}");
+    assert!(
+        out.contains("workload engine: the built-in engine"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O direct (O_DIRECT), io engine ")
+            && out.contains(", cache ram:wb\n"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("BUFFERED"),
+        "a direct run is not marked: {out}"
+    );
+    assert!(out.contains(": real directory, no FUSE"), "{out}");
+    for (i, d) in devs.iter().enumerate() {
+        assert!(
+            out.contains(&format!("device {i} {d}/stripefs-sweep-"))
+                && out.contains(": EMULATED nvme (emulated"),
+            "{out}"
+        );
+    }
+    assert!(out.contains("cache: in RAM"), "{out}");
+    let engine = out
+        .split("io engine ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap();
+    assert!(["uring", "threads"].contains(&engine), "{engine}");
+
+    // Buffered device I/O: marked as flattered by the page cache.
+    let out = sweep("buffered");
+    assert!(
+        out.contains("BUFFERED: figures are flattered by the page cache"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O BUFFERED (flattered by the devices' page cache)"),
+        "{out}"
+    );
+
+    // A mounted volume over real directories, a buffered test file.
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let out = stripefs_ok(&[
+        "bench",
+        v.mnt_str(),
+        "--buffered",
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--profile",
+        "custom:rw=randread,bs=4K,qd=1",
+    ]);
+    assert!(out.contains("test file I/O: buffered\n"), "{out}");
+    assert!(
+        out.contains("BUFFERED: figures are flattered by the page cache"),
+        "{out}"
+    );
+    assert!(
+        out.contains("device I/O direct (O_DIRECT), io engine "),
+        "{out}"
+    );
+    assert!(out.contains(", cache none\n"), "{out}");
+    assert!(
+        out.contains("device 0 ") && out.contains("device 1 "),
+        "{out}"
+    );
+    assert_eq!(out.matches(": real\n").count(), 2, "{out}");
+    assert!(!out.contains("EMULATED"), "{out}");
+}
+
+#[test]
+fn sigterm_to_the_whole_process_group_also_stops_cleanly() {
+    // As a terminal's Ctrl-C or a service manager's stop: every process of the group gets the
+    // signal, mkfs and mount included when they run.
+    use std::os::unix::process::CommandExt;
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("dev0");
+    fs::create_dir(&dev).unwrap();
+    let csv = root.path().join("t.csv");
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "bench",
+            "sweep",
+            "--devices",
+            dev.to_str().unwrap(),
+            "--stripe-sizes",
+            "8K,64K",
+            "--widths",
+            "1",
+            "--size",
+            "2M",
+            "--duration",
+            "1s",
+            "--profile",
+            "custom:rw=randread,bs=4K,qd=1",
+            "--csv",
+            csv.to_str().unwrap(),
+        ])
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    // The baseline's row is in: the first volume is being built or measured.
+    while !fs::read_to_string(&csv)
+        .unwrap_or_default()
+        .contains("\",true,")
+    {
+        assert!(child.try_wait().unwrap().is_none(), "ended before stopped");
+        assert!(start.elapsed().as_secs() < 60);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+    assert!(
+        stripefs_mounts_of(&format!("stripefs-sweep-mnt-{pid}-")).is_empty(),
+        "a mount left behind"
+    );
+    assert_eq!(fs::read_dir(&dev).unwrap().count(), 0, "device left dirty");
+    let rows = valid_csv(&fs::read_to_string(&csv).unwrap());
+    assert!((1..4).contains(&rows.len()), "{rows:?}");
+    assert_eq!(rows[0][1], "true", "the baseline's row first");
+}
+
+#[test]
+fn the_cas_preset_with_a_custom_profile_prints_real_rows() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ram");
+    let chart = root.path().join("cas.svg");
+    let out = stripefs_ok(&[
+        "bench",
+        "preset",
+        "cas",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--profile",
+        "custom:rw=randread,bs=4K,qd=1",
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let table = out
+        .split("speedup of a write-back cache over the HDD alone\n")
+        .nth(1)
+        .expect(&out);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "only the test measured: {table}");
+    let f: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(&f[..3], ["RND4K", "Q1T1", "read"], "{table}");
+    let hdd: f64 = f[3].parse().unwrap();
+    assert!(hdd > 0.0, "{table}");
+    for (mb, x, seed) in [(4, 5, 6), (7, 8, 9)] {
+        assert!(f[mb].parse::<f64>().unwrap() > 0.0, "{table}");
+        assert!(
+            f[x].trim_end_matches('x').parse::<f64>().unwrap() > 0.0,
+            "{table}"
+        );
+        assert!(
+            f[seed].ends_with('x'),
+            "the seed has RND4K Q1T1 read: {table}"
+        );
+    }
+    // Its volumes read and write their devices buffered (RAM disks): said so.
+    assert!(out.contains("BUFFERED: figures are flattered"), "{out}");
+    assert!(chart.exists());
+    assert!(!fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(dir.to_str().unwrap()));
+}

@@ -37,16 +37,42 @@ fn register_font() -> Result<(), String> {
     }
 }
 
-/// Writes the chart as SVG, or PNG if the path ends in `.png`.
+/// The chart formats, by file extension.
+pub const FORMATS: &[&str] = &["svg", "png"];
+
+/// A chart's format, taken from its file's extension (case aside); anything but `.svg` or
+/// `.png` is refused, with the formats listed, so no chart is written under a wrong name.
+pub fn format_of(path: &Path) -> Result<&'static str, String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext
+        .as_deref()
+        .and_then(|e| FORMATS.iter().find(|f| **f == e))
+    {
+        Some(f) => Ok(f),
+        None => Err(format!(
+            "{}: unknown chart format {}; the formats are {} (taken from the extension)",
+            path.display(),
+            ext.map_or("(no extension)".to_string(), |e| format!("\".{e}\"")),
+            FORMATS
+                .iter()
+                .map(|f| format!(".{f}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Writes the chart as SVG or PNG, as the path's extension says.
 pub fn write(report: &Report, path: &Path) -> Result<(), String> {
+    let png = format_of(path)? == "png";
     register_font()?;
     let panels = panel_list(report);
     let cols = 2.min(panels.len().max(1));
     let rows = panels.len().div_ceil(cols).max(1);
     let size = (560 * cols as u32, 360 * rows as u32 + 40);
-    let png = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
     if png {
         let root = BitMapBackend::new(path, size).into_drawing_area();
         draw(report, &panels, cols, &root)?;
@@ -224,6 +250,19 @@ mod tests {
     use super::*;
     use crate::engine::Measured;
     use crate::report::{Target, TestResult};
+
+    #[test]
+    fn the_format_comes_from_the_extension() {
+        assert_eq!(format_of(Path::new("a/out.svg")), Ok("svg"));
+        assert_eq!(format_of(Path::new("OUT.PNG")), Ok("png"));
+        for bad in ["out.jpg", "out", "out.svg.txt"] {
+            let err = format_of(Path::new(bad)).unwrap_err();
+            assert!(err.contains(".svg, .png"), "{bad}: {err}");
+        }
+        assert!(format_of(Path::new("out.jpg"))
+            .unwrap_err()
+            .contains("\".jpg\""));
+    }
 
     fn target(stripe: u32, width: u32, mb: f64) -> Target {
         let m = Measured {

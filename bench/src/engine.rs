@@ -2,7 +2,7 @@
 //! (so the queue depth is real: Q*T positional reads or writes are outstanding at once).
 
 use crate::profile::{Job, Pattern};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -22,7 +22,8 @@ pub struct RunSpec {
 }
 
 /// What one test measured.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Measured {
     pub bytes: u64,
     pub ops: u64,

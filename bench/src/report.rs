@@ -4,13 +4,13 @@
 use crate::engine::{self, Measured, RunSpec, TestFile};
 use crate::fio;
 use crate::profile::Job;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TestResult {
     pub test: String,
     pub direction: String,
@@ -22,7 +22,8 @@ pub struct TestResult {
 }
 
 /// One thing measured: a plain directory or a stripefs volume configuration.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Target {
     pub label: String,
     pub path: PathBuf,
@@ -32,6 +33,12 @@ pub struct Target {
     pub cache: Option<String>,
     /// Device models of emulated devices ("hdd-5400 (emulated: ...)").
     pub emulated: Vec<String>,
+    /// How a stripefs volume reads and writes its devices: "direct" or "buffered".
+    pub device_io: Option<String>,
+    /// The volume's device I/O engine ("uring", "threads").
+    pub io_engine: Option<String>,
+    /// One line per device: its path and whether it is real or emulated (and as what).
+    pub device_list: Vec<String>,
     pub results: Vec<TestResult>,
 }
 
@@ -61,36 +68,107 @@ pub fn measure(
     stop: &AtomicBool,
     on_test: &mut dyn FnMut(&str),
 ) -> io::Result<Vec<TestResult>> {
-    let file = TestFile::create(dir, spec.size)?;
+    measure_with(
+        dir,
+        jobs,
+        spec,
+        runs,
+        with_fio,
+        stop,
+        &mut Hooks {
+            on_test,
+            done: &|_, _| None,
+            on_result: &mut |_| Ok(()),
+        },
+    )
+}
+
+/// What a caller hears and decides while `measure_with` runs.
+pub struct Hooks<'a> {
+    /// The name of each test as it starts ("SEQ1M Q8T1 read").
+    pub on_test: &'a mut dyn FnMut(&str),
+    /// A result measured before (test, direction): the test is not run again, its result is
+    /// taken as it was.
+    pub done: &'a dyn Fn(&str, &str) -> Option<TestResult>,
+    /// Each newly measured result, the moment its test ends (before the next one starts).
+    pub on_result: &'a mut dyn FnMut(&TestResult) -> io::Result<()>,
+}
+
+/// The tests `jobs` make, in the order they run: reads first, on the laid-out file; then
+/// writes, as CrystalDiskMark orders them. (test name, direction.)
+pub fn tests_of(jobs: &[Job]) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
-    // Reads first, on the laid-out file; then writes, as CrystalDiskMark orders them.
+    for read in [true, false] {
+        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
+            out.push((job.name(), if read { "read" } else { "write" }));
+        }
+    }
+    out
+}
+
+/// `measure`, with results taken from an earlier run where `hooks.done` has them, and each new
+/// result handed to `hooks.on_result` as soon as it is complete. A stop request ends the run
+/// with `Interrupted`; a test cut short by it is dropped, never reported.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_with(
+    dir: &Path,
+    jobs: &[Job],
+    spec: &RunSpec,
+    runs: usize,
+    with_fio: bool,
+    stop: &AtomicBool,
+    hooks: &mut Hooks,
+) -> io::Result<Vec<TestResult>> {
+    let stopped = || io::Error::new(io::ErrorKind::Interrupted, "stopped");
+    let is_stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    let mut file = None;
+    let mut out = Vec::new();
     for read in [true, false] {
         for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
             let direction = if read { "read" } else { "write" };
             let name = job.name();
+            if let Some(earlier) = (hooks.done)(&name, direction) {
+                out.push(earlier);
+                continue;
+            }
+            if is_stopped() {
+                return Err(stopped());
+            }
+            // Laid out once, on the first test that runs.
+            if file.is_none() {
+                file = Some(TestFile::create(dir, spec.size)?);
+            }
+            let file = file.as_ref().expect("laid out above");
             let mut measured = Vec::with_capacity(runs);
             for _ in 0..runs.max(1) {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                if is_stopped() {
+                    return Err(stopped());
                 }
-                on_test(&format!("{name} {direction}"));
-                measured.push(engine::run(&file, job, read, spec, stop)?);
+                (hooks.on_test)(&format!("{name} {direction}"));
+                let m = engine::run(file, job, read, spec, stop)?;
+                if is_stopped() {
+                    // Cut short: not a measurement of the full duration.
+                    return Err(stopped());
+                }
+                measured.push(m);
             }
             let (median, best) = engine::median_and_best(&measured);
             let fio = if with_fio {
-                on_test(&format!("{name} {direction} (fio)"));
-                Some(fio::run(&file, job, read, spec)?)
+                (hooks.on_test)(&format!("{name} {direction} (fio)"));
+                Some(fio::run(file, job, read, spec)?)
             } else {
                 None
             };
-            out.push(TestResult {
+            let result = TestResult {
                 test: name,
                 direction: direction.into(),
                 runs: measured,
                 median,
                 best,
                 fio,
-            });
+            };
+            (hooks.on_result)(&result)?;
+            out.push(result);
         }
     }
     Ok(out)
@@ -193,12 +271,27 @@ impl Report {
         self.targets.iter().any(|t| !t.emulated.is_empty())
     }
 
-    /// A table per target, like CrystalDiskMark's window.
-    pub fn table(&self) -> String {
+    /// Whether any figure went through a page cache: the test file opened without O_DIRECT
+    /// (asked for, or a fallback where the target refused it), or a volume's device I/O
+    /// buffered.
+    pub fn buffered(&self) -> bool {
+        let all = || self.baseline.iter().chain(&self.targets);
+        !self.direct
+            || all().any(|t| t.device_io.as_deref() == Some("buffered"))
+            || all().any(|t| {
+                t.results
+                    .iter()
+                    .any(|r| r.median.ops > 0 && !r.median.direct)
+            })
+    }
+
+    /// The run's header: how the I/O was done, by what, on what devices, so a figure is never
+    /// read without its conditions.
+    pub fn header(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "profile {}, test size {}, {:.0}s per test, {} run(s){}, {}",
+            "profile {}, test size {}, {:.0}s per test, {} run(s){}",
             self.profile,
             human(self.size),
             self.duration_secs,
@@ -208,15 +301,69 @@ impl Report {
             } else {
                 ""
             },
-            if self.direct { "O_DIRECT" } else { "buffered" }
         );
-        let _ = writeln!(s, "measured by {}", self.measured_by);
+        let fell_back = self.direct
+            && self.baseline.iter().chain(&self.targets).any(|t| {
+                t.results
+                    .iter()
+                    .any(|r| r.median.ops > 0 && !r.median.direct)
+            });
+        let _ = writeln!(
+            s,
+            "test file I/O: {}",
+            match (self.direct, fell_back) {
+                (true, false) => "O_DIRECT",
+                (true, true) => "O_DIRECT asked, buffered where the target refused it",
+                (false, _) => "buffered",
+            }
+        );
+        let _ = writeln!(s, "workload engine: {}", self.measured_by);
+        if self.buffered() {
+            let _ = writeln!(
+                s,
+                "BUFFERED: figures are flattered by the page cache (buffered test file or \
+                 device I/O): they may measure memory, not the devices"
+            );
+        }
         if self.emulated() {
             let _ = writeln!(
                 s,
                 "EMULATED devices: figures model slower drives on this machine"
             );
         }
+        s
+    }
+
+    /// One target's header lines: device I/O mode, I/O engine, cache, each device real or
+    /// emulated.
+    fn target_header(t: &Target, is_base: bool) -> String {
+        let mut s = String::new();
+        if !is_base && t.devices.is_some() {
+            let _ = writeln!(
+                s,
+                "   device I/O {}, io engine {}, cache {}",
+                match t.device_io.as_deref() {
+                    Some("direct") => "direct (O_DIRECT)",
+                    Some("buffered") => "BUFFERED (flattered by the devices' page cache)",
+                    Some(other) => other,
+                    None => "unknown",
+                },
+                t.io_engine.as_deref().unwrap_or("unknown"),
+                t.cache.as_deref().unwrap_or("none")
+            );
+        }
+        for d in &t.device_list {
+            let _ = writeln!(s, "   {d}");
+        }
+        for e in &t.emulated {
+            let _ = writeln!(s, "   {e}");
+        }
+        s
+    }
+
+    /// A table per target, like CrystalDiskMark's window, after the run's header.
+    pub fn table(&self) -> String {
+        let mut s = self.header();
         for t in self.baseline.iter().chain(&self.targets) {
             let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
             let _ = writeln!(
@@ -225,9 +372,7 @@ impl Report {
                 t.label,
                 if is_base { "  [baseline, no FUSE]" } else { "" }
             );
-            for e in &t.emulated {
-                let _ = writeln!(s, "   {e}");
-            }
+            s.push_str(&Self::target_header(t, is_base));
             let _ = writeln!(
                 s,
                 "{:<15} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8}{}",
@@ -272,45 +417,53 @@ impl Report {
 
     /// One row per target and test.
     pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s\n",
-        );
+        let mut s = String::from(CSV_HEADER);
+        s.push('\n');
         for t in self.baseline.iter().chain(&self.targets) {
             let is_base = self.baseline.as_ref().is_some_and(|b| std::ptr::eq(b, t));
             for r in &t.results {
-                let ratio = self
-                    .baseline_of(&r.test, &r.direction)
-                    .filter(|b| b.mb_per_s > 0.0)
-                    .map(|b| format!("{:.4}", r.median.mb_per_s / b.mb_per_s))
-                    .unwrap_or_default();
-                let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
-                    t.label.replace('"', "'"),
-                    is_base,
-                    opt(t.devices.map(|d| d as u64)),
-                    opt(t.stripe_size.map(u64::from)),
-                    opt(t.width.map(u64::from)),
-                    t.cache.clone().unwrap_or_default(),
-                    t.emulated.join("; ").replace('"', "'"),
-                    r.test,
-                    r.direction,
-                    r.median.mb_per_s,
-                    r.median.iops,
-                    r.median.mean_us,
-                    r.median.p99_us,
-                    r.best.mb_per_s,
-                    ratio,
-                    r.fio
-                        .as_ref()
-                        .map(|f| format!("{:.2}", f.mb_per_s))
-                        .unwrap_or_default()
-                );
+                let base = self.baseline_of(&r.test, &r.direction).map(|b| b.mb_per_s);
+                s.push_str(&csv_row(t, is_base, r, base));
+                s.push('\n');
             }
         }
         s
     }
+}
+
+/// The CSV's columns.
+pub const CSV_HEADER: &str = "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s";
+
+/// One CSV row (no newline): `target`'s result `r`, with its ratio to the baseline's MB/s
+/// `base` when there is one.
+pub fn csv_row(t: &Target, is_base: bool, r: &TestResult, base: Option<f64>) -> String {
+    let ratio = base
+        .filter(|&b| b > 0.0)
+        .map(|b| format!("{:.4}", r.median.mb_per_s / b))
+        .unwrap_or_default();
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    format!(
+        "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
+        t.label.replace('"', "'"),
+        is_base,
+        opt(t.devices.map(|d| d as u64)),
+        opt(t.stripe_size.map(u64::from)),
+        opt(t.width.map(u64::from)),
+        t.cache.clone().unwrap_or_default(),
+        t.emulated.join("; ").replace('"', "'"),
+        r.test,
+        r.direction,
+        r.median.mb_per_s,
+        r.median.iops,
+        r.median.mean_us,
+        r.median.p99_us,
+        r.best.mb_per_s,
+        ratio,
+        r.fio
+            .as_ref()
+            .map(|f| format!("{:.2}", f.mb_per_s))
+            .unwrap_or_default()
+    )
 }
 
 pub fn human(bytes: u64) -> String {
