@@ -32,17 +32,7 @@ impl Cache {
         };
         let mut wiped = false;
         for line in lines {
-            let mut parts = vec![Part {
-                line,
-                slot: None,
-                a: 0,
-                b: 0,
-                buf: 0,
-                touched: 0,
-                full: 0,
-                valid: 0,
-                dirty: 0,
-            }];
+            let mut parts = vec![Part::holding(line)];
             let g = self.acquire(object, &mut parts, DEFAULT_CLASS, false);
             drop(g);
             let Some(s) = parts[0].slot else {

@@ -28,6 +28,23 @@ pub(crate) struct Part {
     pub(super) dirty: u64,
 }
 
+impl Part {
+    /// A line taken whole, touching nothing: what cleaning and truncating hold a line by.
+    pub(super) fn holding(line: u64) -> Part {
+        Part {
+            line,
+            slot: None,
+            a: 0,
+            b: 0,
+            buf: 0,
+            touched: 0,
+            full: 0,
+            valid: 0,
+            dirty: 0,
+        }
+    }
+}
+
 /// What the cache held of a request before it ran, by sectors: what its counters say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Found {
