@@ -327,11 +327,10 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         Key::Purge => {
             let c = caching(engine)?;
             let (clean, dirty) = match c.cache() {
-                Some(cache) => match scope(engine, c, ino)? {
-                    Scope::All => cache.lines_where(&|_, _| true),
-                    Scope::Class(id) => cache.lines_where(&|_, class| class == id),
-                    Scope::Object(o) => cache.lines_where(&|object, _| object == o),
-                },
+                Some(cache) => {
+                    let scope = scope(engine, c, ino)?;
+                    cache.lines_where(&|object, class| scope.holds(object, class))
+                }
                 None => (0, 0),
             };
             Ok(format!("clean_lines={clean} dirty_lines={dirty}").into_bytes())
@@ -393,6 +392,17 @@ enum Scope {
     Class(cache::ClassId),
     /// A file: its lines.
     Object(u64),
+}
+
+impl Scope {
+    /// Whether a line of `object` in `class` is in reach.
+    fn holds(&self, object: u64, class: cache::ClassId) -> bool {
+        match *self {
+            Scope::All => true,
+            Scope::Class(id) => class == id,
+            Scope::Object(o) => object == o,
+        }
+    }
 }
 
 fn scope(engine: &Engine, c: &crate::caching::Caching, ino: u64) -> Result<Scope> {
@@ -599,17 +609,14 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             let Some(cache) = c.cache() else {
                 return Ok(());
             };
-            let purged = match scope {
-                Scope::All => cache.purge_where(&|_, _| true),
-                Scope::Class(id) => cache.purge_where(&|_, class| class == id),
-                Scope::Object(o) => cache.purge_where(&|object, _| object == o),
-            }
-            .map_err(|e| {
-                Error::Refused(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!("the purge stopped: {e}"),
-                )
-            })?;
+            let purged = cache
+                .purge_where(&|object, class| scope.holds(object, class))
+                .map_err(|e| {
+                    Error::Refused(
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!("the purge stopped: {e}"),
+                    )
+                })?;
             log::info!(
                 "purged {} clean lines of {}; {} dirty lines kept, {} in use left",
                 purged.lines,
