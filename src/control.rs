@@ -19,6 +19,7 @@
 //! | detach    | mount root  | -                     | root or the mounter: write everything back and run without the cache, online | - |
 //! | attach    | mount root  | -                     | root or the mounter: bring the config's cache back (`path=P size=S`: another file store) | - |
 //! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
+//! | params    | mount root  | sequential cutoff, promotion and error threshold (`seq_cutoff=full seq_threshold=1M ... promotion=always nhit_hits=3 nhit_trigger=80 error_threshold=1000`) | root or the mounter: change the words given | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
 //! | error     | any         | the reason of the caller's last refused control request (`user.stripefs.KEY: reason`), then forgotten; ENODATA if none | read-only | - |
@@ -62,6 +63,7 @@ pub enum Key {
     Purge,
     Mode,
     Cleaner,
+    Params,
     Attach,
     Detach,
     Failpoint,
@@ -86,6 +88,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("purge", Key::Purge),
     ("mode", Key::Mode),
     ("cleaner", Key::Cleaner),
+    ("params", Key::Params),
     ("attach", Key::Attach),
     ("detach", Key::Detach),
     ("failpoint", Key::Failpoint),
@@ -279,6 +282,7 @@ fn no_such_key<T>(key: Key) -> Result<T> {
         | Key::Classes
         | Key::Mode
         | Key::Cleaner
+        | Key::Params
         | Key::Attach
         | Key::Detach
         | Key::Failpoint => refuse(
@@ -324,6 +328,13 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
                 "the cache is detached (stripefs cache attach)",
             ),
         },
+        Key::Params if ino == ROOT => match caching(engine)?.cache() {
+            Some(cache) => Ok(crate::caching::params::format(&cache.policy()).into_bytes()),
+            None => refuse(
+                libc::ENODATA,
+                "the cache is detached (stripefs cache attach)",
+            ),
+        },
         Key::Purge => {
             let c = caching(engine)?;
             let (clean, dirty) = match c.cache() {
@@ -351,6 +362,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         | Key::Classes
         | Key::Mode
         | Key::Cleaner
+        | Key::Params
         | Key::Error
         | Key::Unknown => no_such_key(key),
     }
@@ -715,6 +727,24 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             cache.set_cleaner(new);
             Ok(())
         }
+        Key::Params if ino == ROOT => {
+            volume_admin(uid, "change the cache's parameters")?;
+            let spec = text(value)?;
+            let Some(cache) = caching(engine)?.cache() else {
+                return refuse(
+                    libc::ENODATA,
+                    "the cache is detached: its parameters are set once it is attached",
+                );
+            };
+            let new = crate::caching::params::parse(spec, &cache.policy())
+                .or_else(|why| refuse(libc::EINVAL, format!("params: {why}")))?;
+            log::info!(
+                "uid {uid} set the cache's parameters: {}",
+                crate::caching::params::format(&new)
+            );
+            cache.set_policy(new);
+            Ok(())
+        }
         Key::Failpoint if ino == ROOT && uid == 0 => {
             let spec = text(value)?;
             let (name, actions) = spec.split_once('=').ok_or_else(|| {
@@ -757,6 +787,7 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
         | Key::Attach
         | Key::Detach
         | Key::Cleaner
+        | Key::Params
         | Key::Failpoint
         | Key::Classes
         | Key::Unknown => no_such_key(key),
@@ -833,6 +864,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Classes
         | Key::Mode
         | Key::Cleaner
+        | Key::Params
         | Key::Control
         | Key::Error => read_only(key),
         Key::Migrate

@@ -105,3 +105,78 @@ fn nhit_inserts_a_line_on_its_third_miss_above_the_trigger_threshold() {
     drop(f);
     v.umount();
 }
+
+/// `stripefs params` changes the sequential cutoff, promotion and error threshold live, as
+/// `casadm --set-param` does: the same stream that was cached is cut once the cutoff is set;
+/// bad values and other users are refused with their reason, and nothing changes.
+#[test]
+fn params_change_the_cutoff_and_promotion_live() {
+    let mut v = volume("[cache.seq_cutoff]\npolicy = \"never\"\n");
+    let f = open_direct(&v);
+    for i in 0..8u64 {
+        direct_read(&f, i * (128 << 10), 128 << 10);
+    }
+    assert_eq!(counters(&v)["pass_through_reads"], 0);
+    let out = stripefs_ok(&[
+        "params",
+        v.mnt_str(),
+        "--seq-cutoff",
+        "always",
+        "--seq-threshold",
+        "256K",
+        "--seq-promotion-count",
+        "1",
+        "--promotion",
+        "nhit",
+        "--nhit-hits",
+        "2",
+        "--error-threshold",
+        "5",
+    ]);
+    assert!(
+        out.contains("(changed)") && out.contains("seq_threshold"),
+        "{out}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["stats", v.mnt_str(), "--json"])).unwrap();
+    let policy = &stats["cache"]["policy"];
+    assert_eq!(policy["seq_cutoff"], "always", "{policy}");
+    assert_eq!(policy["seq_threshold"], 256 << 10, "{policy}");
+    assert_eq!(
+        policy["promotion"]["nhit"]["insertion_threshold"], 2,
+        "{policy}"
+    );
+    assert_eq!(stats["cache"]["error_threshold"], 5);
+    // A new stream: 128K requests reach 256K at the second, which passes through on.
+    for i in 16..24u64 {
+        direct_read(&f, i * (128 << 10), 128 << 10);
+    }
+    assert_eq!(counters(&v)["pass_through_reads"], 7);
+
+    for (args, reason) in [
+        (vec!["--nhit-hits", "1"], "from 2 to 1000"),
+        (vec!["--seq-cutoff", "sometimes"], "always, full or never"),
+        (
+            vec!["--promotion", "always", "--nhit-trigger", "50"],
+            "promotion=nhit only",
+        ),
+    ] {
+        let mut all = vec!["params", v.mnt_str()];
+        all.extend(args);
+        let bad = stripefs(&all);
+        assert!(!bad.status.success(), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&bad.stderr).contains(reason),
+            "{reason}: {bad:?}"
+        );
+    }
+    let other = as_tests(&[BIN, "params", v.mnt_str(), "--seq-cutoff", "never"]);
+    assert!(!other.status.success(), "{other:?}");
+    let out = stripefs_ok(&["params", v.mnt_str()]);
+    assert!(
+        out.contains("always") && !out.contains("(changed)"),
+        "{out}"
+    );
+    drop(f);
+    v.umount();
+}

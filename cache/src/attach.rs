@@ -2,7 +2,7 @@
 //! against what the volume knows of it (which cache holds its unwritten data, the volume
 //! generation its lines belong to) before any of its lines is trusted.
 
-use crate::engine::{CacheConfig, CacheError, StoreKind};
+use crate::engine::{auto_shards, CacheConfig, CacheError, StoreKind};
 use crate::store::{Header, HeaderError, Record, Store, EMPTY};
 use std::path::{Path, PathBuf};
 
@@ -11,6 +11,8 @@ pub(crate) struct Attached {
     pub store: Store,
     pub records: Vec<Record>,
     pub id: [u8; 16],
+    /// Metadata shards the records are placed by.
+    pub shards: usize,
 }
 
 fn new_id() -> [u8; 16] {
@@ -19,11 +21,16 @@ fn new_id() -> [u8; 16] {
 
 /// Opens the store `cfg` describes.
 pub(crate) fn attach(cfg: &CacheConfig, line: u64, nslots: u64) -> Result<Attached, CacheError> {
+    let new_shards = match cfg.shards {
+        0 => auto_shards(nslots),
+        n => n.min(u16::MAX as usize),
+    };
     let Some(path) = cache_file(&cfg.store) else {
         return Ok(Attached {
             store: Store::ram(line, nslots)?,
             records: Vec::new(),
             id: new_id(),
+            shards: new_shards,
         });
     };
     let shown = path.display().to_string();
@@ -34,27 +41,34 @@ pub(crate) fn attach(cfg: &CacheConfig, line: u64, nslots: u64) -> Result<Attach
     } else {
         (None, None)
     };
-    let header = |id| Header {
+    let header = |id, shards: usize| Header {
         volume: cfg.volume,
         id,
         generation: cfg.generation,
         line_size: line,
         slots: nslots,
         clean: false,
+        shards: shards as u16,
     };
     match (store, found) {
-        (Some(store), Some((id, records))) => {
-            store.write_header(&header(id))?;
-            Ok(Attached { store, records, id })
+        (Some(store), Some((id, records, shards))) => {
+            store.write_header(&header(id, shards))?;
+            Ok(Attached {
+                store,
+                records,
+                id,
+                shards,
+            })
         }
         (old, _) => {
             // New, or replaced (atomically) as the checks allowed.
             drop(old);
             let id = new_id();
             Ok(Attached {
-                store: Store::create(&path, &header(id))?,
+                store: Store::create(&path, &header(id, new_shards))?,
                 records: Vec::new(),
                 id,
+                shards: new_shards,
             })
         }
     }
@@ -63,13 +77,15 @@ pub(crate) fn attach(cfg: &CacheConfig, line: u64, nslots: u64) -> Result<Attach
 /// An existing cache file: its lines and id if it may be used as it is, `None` if it may be
 /// replaced (what the config asks, and nothing unwritten is lost that was not given up), or
 /// why it must be left alone.
-#[allow(clippy::type_complexity)]
+/// What an existing cache file holds: its id, its lines, and the shards they are placed by.
+type Found = ([u8; 16], Vec<Record>, usize);
+
 fn examine(
     cfg: &CacheConfig,
     path: &Path,
     line: u64,
     nslots: u64,
-) -> Result<(Option<Store>, Option<([u8; 16], Vec<Record>)>), CacheError> {
+) -> Result<(Option<Store>, Option<Found>), CacheError> {
     let shown = path.display().to_string();
     // The header says how many records there are; first read it with any geometry.
     let header = Store::open_existing(path, 0, 0)?.read_header();
@@ -187,7 +203,8 @@ fn examine(
             log::info!("cache file {shown}: its lines are stale (the volume was used without it)");
         }
         store.wipe_records()?;
-        return Ok((Some(store), Some((h.id, Vec::new()))));
+        let shards = usize::from(h.shards.max(1));
+        return Ok((Some(store), Some((h.id, Vec::new(), shards))));
     }
     let records = records
         .into_iter()
@@ -203,7 +220,10 @@ fn examine(
             }
         })
         .collect();
-    Ok((Some(store), Some((h.id, records))))
+    Ok((
+        Some(store),
+        Some((h.id, records, usize::from(h.shards.max(1)))),
+    ))
 }
 
 /// "slots 3 (object 17), 9 (object 4)": the damaged records, and the objects they claim to

@@ -3,6 +3,8 @@
 //! with how many bytes and requests it has had. The least recently continued stream makes room
 //! for a new one, so a random request replaces an old stream, never the active ones.
 
+use rustc_hash::FxHashMap as HashMap;
+
 /// Streams tracked per volume (OCF: 128 per core).
 pub(crate) const MAX_STREAMS: usize = 128;
 
@@ -20,13 +22,21 @@ pub(crate) struct Stream {
     pub next: u64,
     pub bytes: u64,
     pub requests: u32,
-    used: u64,
 }
 
+const NIL: usize = usize::MAX;
+
+/// The stream table: found by where a stream's next request starts, in O(1), and kept in
+/// order of use (a list threaded through the entries) so the least recently continued one
+/// makes room without a scan: every request of a random workload starts a stream.
 #[derive(Default)]
 pub(crate) struct Streams {
     list: Vec<Stream>,
-    tick: u64,
+    by_next: HashMap<(u64, bool, u64), usize>,
+    newer: Vec<usize>,
+    older: Vec<usize>,
+    newest: Option<usize>,
+    oldest: Option<usize>,
 }
 
 impl Streams {
@@ -34,18 +44,16 @@ impl Streams {
     /// direction), or starts a new one in place of the least recently used. Returns the stream
     /// with this request counted, and whether it continued one.
     pub fn update(&mut self, object: u64, write: bool, offset: u64, len: u64) -> (Stream, bool) {
-        self.tick += 1;
-        let tick = self.tick;
-        let found = self
-            .list
-            .iter_mut()
-            .find(|s| s.object == object && s.write == write && s.next == offset);
-        if let Some(s) = found {
+        if let Some(i) = self.by_next.remove(&(object, write, offset)) {
+            let s = &mut self.list[i];
             s.next = offset + len;
             s.bytes += len;
             s.requests = s.requests.saturating_add(1);
-            s.used = tick;
-            return (*s, true);
+            let found = *s;
+            self.by_next.insert((object, write, found.next), i);
+            self.unlink(i);
+            self.push_newest(i);
+            return (found, true);
         }
         let fresh = Stream {
             object,
@@ -53,19 +61,51 @@ impl Streams {
             next: offset + len,
             bytes: len,
             requests: 1,
-            used: tick,
         };
-        if self.list.len() < MAX_STREAMS {
+        let i = if self.list.len() < MAX_STREAMS {
             self.list.push(fresh);
+            self.newer.push(NIL);
+            self.older.push(NIL);
+            self.list.len() - 1
         } else {
-            let lru = self
-                .list
-                .iter_mut()
-                .min_by_key(|s| s.used)
-                .expect("a full table");
-            *lru = fresh;
-        }
+            let i = self.oldest.expect("a full table has an oldest stream");
+            let old = self.list[i];
+            if self.by_next.get(&(old.object, old.write, old.next)) == Some(&i) {
+                self.by_next.remove(&(old.object, old.write, old.next));
+            }
+            self.unlink(i);
+            self.list[i] = fresh;
+            i
+        };
+        self.by_next.insert((object, write, fresh.next), i);
+        self.push_newest(i);
         (fresh, false)
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let (n, o) = (self.newer[i], self.older[i]);
+        match n {
+            NIL => self.newest = (o != NIL).then_some(o),
+            n => self.older[n] = o,
+        }
+        match o {
+            NIL => self.oldest = (n != NIL).then_some(n),
+            o => self.newer[o] = n,
+        }
+        self.newer[i] = NIL;
+        self.older[i] = NIL;
+    }
+
+    fn push_newest(&mut self, i: usize) {
+        self.newer[i] = NIL;
+        self.older[i] = self.newest.unwrap_or(NIL);
+        if let Some(n) = self.newest {
+            self.newer[n] = i;
+        }
+        self.newest = Some(i);
+        if self.oldest.is_none() {
+            self.oldest = Some(i);
+        }
     }
 
     #[cfg(test)]

@@ -103,6 +103,8 @@ pub struct CacheStats {
     pub size_bytes: u64,
     pub line_size: u64,
     pub lines: u64,
+    /// Metadata shards: requests to lines of different shards do not wait on each other.
+    pub shards: u64,
     pub occupancy_lines: u64,
     pub free_lines: u64,
     pub clean_lines: u64,

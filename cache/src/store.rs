@@ -32,6 +32,9 @@ pub struct Header {
     pub slots: u64,
     /// Set at clean shutdown, cleared at mount: clean lines are trusted only after a clean stop.
     pub clean: bool,
+    /// Metadata shards the lines are placed by (a line's slot is in its shard's range); 0 in
+    /// files made before shards, which are one.
+    pub shards: u16,
 }
 
 /// What is wrong with an existing cache file's header.
@@ -228,6 +231,7 @@ impl Store {
             line_size: u(56),
             slots: u(64),
             clean: h[72] == 1,
+            shards: u16::from_le_bytes([h[74], h[75]]),
         })
     }
 
@@ -240,6 +244,7 @@ impl Store {
         b[56..64].copy_from_slice(&h.line_size.to_le_bytes());
         b[64..72].copy_from_slice(&h.slots.to_le_bytes());
         b[72] = u8::from(h.clean);
+        b[74..76].copy_from_slice(&h.shards.to_le_bytes());
         let crc = crc32c::crc32c(&b[..HEADER_LEN]);
         b[HEADER_LEN..].copy_from_slice(&crc.to_le_bytes());
         self.file.write_all_at(&b, 0)?;
@@ -381,6 +386,7 @@ mod tests {
             line_size: 4096,
             slots: 8,
             clean: true,
+            shards: 3,
         };
         let store = Store::create(&path, &h).unwrap();
         assert!(!path.with_extension("cache.new").exists());

@@ -1429,8 +1429,8 @@ fn validate_cache(
                         ctx,
                         h,
                         "cache.promotion.hits",
-                        |n| (1..=1000).contains(&n),
-                        "must be from 1 to 1000",
+                        |n| (2..=1000).contains(&n),
+                        "must be from 2 to 1000 (OCF's range; one miss is policy \"always\")",
                     )
                 })
                 .transpose()?

@@ -409,7 +409,7 @@ fn bad_config_corpus() {
             "[cache]\nsize = \"4M\"\n[cache.promotion]\npolicy = \"nhit\"\nhits = 0\n",
             7,
             "cache.promotion.hits",
-            "from 1 to 1000",
+            "from 2 to 1000",
         ),
         (
             "[[cache.target]]\npath = \"vm\"\n",

@@ -11,6 +11,7 @@ mod classes;
 pub mod classifier;
 pub mod cleaner;
 mod folders;
+pub mod params;
 pub mod report;
 
 use crate::error::{errno, Error, Result};
@@ -727,6 +728,7 @@ fn open_cache(
             None => None,
         },
         clock: None,
+        shards: 0,
     };
     let cache = Cache::open(cfg, volume).map_err(|e| Error::Usage(e.to_string()))?;
     if let Some(file) = file {

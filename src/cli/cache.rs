@@ -41,26 +41,27 @@ pub fn mode(path: &Path, mode: Option<String>, no_flush: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// `stripefs cleaner`: changes the settings given, then prints them all.
-pub fn cleaner(path: &Path, settings: &[(&str, Option<String>)]) -> Result<i32> {
+/// `stripefs cleaner` and `stripefs params`: changes the settings given of the control key
+/// `key`, then prints them all.
+pub fn settings(path: &Path, key: &str, settings: &[(&str, Option<String>)]) -> Result<i32> {
     let root = has_cache(path)?;
     let spec: Vec<String> = settings
         .iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
         .collect();
     if !spec.is_empty() {
-        xattr::control_set(&root, "cleaner", spec.join(" ").as_bytes())
-            .map_err(refusal("cleaner", &root, "cleaner"))?;
+        xattr::control_set(&root, key, spec.join(" ").as_bytes())
+            .map_err(refusal(key, &root, key))?;
     }
-    let now = xattr::control_get(&root, "cleaner").map_err(refusal("cleaner", &root, "cleaner"))?;
+    let now = xattr::control_get(&root, key).map_err(refusal(key, &root, key))?;
     println!(
-        "{}: cleaner{}",
+        "{}: {key}{}",
         root.display(),
         if spec.is_empty() { "" } else { " (changed)" }
     );
     for word in String::from_utf8_lossy(&now).split_whitespace() {
         let (k, v) = word.split_once('=').unwrap_or((word, ""));
-        println!("  {k:<22} {v}");
+        println!("  {k:<24} {v}");
     }
     Ok(0)
 }

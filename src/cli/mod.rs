@@ -244,6 +244,39 @@ enum Command {
         #[arg(long)]
         max_mbps: Option<u64>,
     },
+    /// Show or change the cache's sequential cutoff, promotion and error threshold, live
+    #[command(
+        after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion,         promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream         seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose         bytes reach --seq-threshold passes through: always, or only when the cache is nearly         full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in         use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that         met a cache device error before the cache goes pass-through for good (0: never).         Settings not given stay; the config's come back at the next mount; changing them:         root or the user who mounted only.\n\n\
+        Example:\n  stripefs params /mnt/vol --seq-cutoff always --seq-threshold 4M --promotion nhit"
+    )]
+    Params {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// always | full | never
+        #[arg(long)]
+        seq_cutoff: Option<String>,
+        /// Size: a stream's bytes at which its requests pass through
+        #[arg(long)]
+        seq_threshold: Option<String>,
+        /// Requests seen in a stream before it may be cut
+        #[arg(long)]
+        seq_promotion_count: Option<u64>,
+        /// Size: ...or bytes seen in it (0: by count only)
+        #[arg(long)]
+        seq_promotion_threshold: Option<String>,
+        /// always | nhit
+        #[arg(long)]
+        promotion: Option<String>,
+        /// nhit: misses of a line before it is inserted (2 to 1000)
+        #[arg(long)]
+        nhit_hits: Option<u64>,
+        /// nhit: percent of the cache in use below which every miss inserts
+        #[arg(long)]
+        nhit_trigger: Option<u64>,
+        /// Requests that met a cache device error before pass-through for good; 0: never
+        #[arg(long)]
+        error_threshold: Option<u64>,
+    },
     /// Benchmark a directory (CrystalDiskMark profiles), sweep fresh volumes, or run a preset
     #[command(
         args_conflicts_with_subcommands = true,
@@ -606,7 +639,31 @@ fn run(command: Command) -> Result<i32> {
                 ("dirty_ratio_inertia", dirty_ratio_inertia),
                 ("max_mbps", n(max_mbps)),
             ];
-            cache::cleaner(&mountpoint, &settings)
+            cache::settings(&mountpoint, "cleaner", &settings)
+        }
+        Command::Params {
+            mountpoint,
+            seq_cutoff,
+            seq_threshold,
+            seq_promotion_count,
+            seq_promotion_threshold,
+            promotion,
+            nhit_hits,
+            nhit_trigger,
+            error_threshold,
+        } => {
+            let n = |v: Option<u64>| v.map(|n| n.to_string());
+            let settings = [
+                ("seq_cutoff", seq_cutoff),
+                ("seq_threshold", seq_threshold),
+                ("seq_promotion_count", n(seq_promotion_count)),
+                ("seq_promotion_threshold", seq_promotion_threshold),
+                ("promotion", promotion),
+                ("nhit_hits", n(nhit_hits)),
+                ("nhit_trigger", n(nhit_trigger)),
+                ("error_threshold", n(error_threshold)),
+            ];
+            cache::settings(&mountpoint, "params", &settings)
         }
         Command::Bench {
             action,

@@ -428,7 +428,7 @@ fn print_stats(s: &serde_json::Value) {
     let lines = n(&s["lines"]).max(1);
     let pct = |x: u64| 100.0 * x as f64 / lines as f64;
     println!(
-        "cache: {} store{}, {} in {} lines of {}, default mode {}",
+        "cache: {} store{}, {} in {} lines of {} ({} metadata shards), default mode {}",
         s["store"].as_str().unwrap_or("?"),
         s["path"]
             .as_str()
@@ -437,6 +437,7 @@ fn print_stats(s: &serde_json::Value) {
         human_bytes(n(&s["size_bytes"])),
         n(&s["lines"]),
         human_bytes(n(&s["line_size"])),
+        n(&s["shards"]),
         s["default_mode"].as_str().unwrap_or("?")
     );
     if s["failed"].as_bool() == Some(true) {

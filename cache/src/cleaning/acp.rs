@@ -4,8 +4,9 @@
 //! each other every `wake_up` (10 ms by default), and a second when nothing is dirty.
 
 use super::{Cleaning, Ctx};
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::mode::Cleaner;
+use rustc_hash::FxHashMap as HashMap;
 use std::time::Duration;
 
 /// Bytes of an object per chunk.
@@ -26,13 +27,19 @@ impl Acp {
 }
 
 impl Cleaning for Acp {
-    fn pick(&mut self, g: &Inner, _cx: &Ctx) -> Vec<(u64, u64)> {
+    fn pick(&mut self, shards: &[&Shard], _cx: &Ctx) -> Vec<(u64, u64)> {
+        let dirty_in = |c: &(u64, u64)| shards.iter().any(|g| g.dirty_chunks.contains_key(c));
         let chunk = match self.current {
-            Some(c) if g.dirty_chunks.contains_key(&c) => c,
+            Some(c) if dirty_in(&c) => c,
             _ => {
+                let mut chunks: HashMap<(u64, u64), u32> = HashMap::default();
+                for g in shards {
+                    for (&k, &n) in &g.dirty_chunks {
+                        *chunks.entry(k).or_default() += n;
+                    }
+                }
                 // The most dirty lines; on a tie the lowest address, for a stable order.
-                let best = g
-                    .dirty_chunks
+                let best = chunks
                     .iter()
                     .max_by_key(|(&k, &n)| (n, std::cmp::Reverse(k)))
                     .map(|(&k, _)| k);
@@ -47,20 +54,23 @@ impl Cleaning for Acp {
         };
         self.current = Some(chunk);
         let (object, n) = chunk;
-        let per = g.chunk_lines.max(1);
-        let Some(lines) = g.objects.get(&object) else {
-            return Vec::new();
-        };
-        lines
-            .range(n * per..(n + 1) * per)
-            .filter(|&&l| {
-                g.index.get(&(object, l)).is_some_and(|&s| {
+        let mut lines: Vec<u64> = Vec::new();
+        for g in shards {
+            let per = g.chunk_lines.max(1);
+            let held = g.lines_of(object, n * per, (n + 1) * per - 1);
+            lines.extend(held.into_iter().filter(|&l| {
+                g.lookup((object, l)).is_some_and(|s| {
                     let sl = &g.slots[s as usize];
                     sl.dirty != 0 && !sl.busy
                 })
-            })
+            }));
+        }
+        // Address order over the shards.
+        lines.sort_unstable();
+        lines
+            .into_iter()
             .take(self.cfg.flush_max_buffers)
-            .map(|&l| (object, l))
+            .map(|l| (object, l))
             .collect()
     }
 

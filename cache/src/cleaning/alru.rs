@@ -6,7 +6,7 @@
 //! the share is down to the threshold minus `dirty_ratio_inertia`.
 
 use super::{dirty_lines, Cleaning, Ctx};
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::mode::Cleaner;
 use std::time::{Duration, Instant};
 
@@ -42,10 +42,10 @@ impl Alru {
 }
 
 impl Cleaning for Alru {
-    fn pick(&mut self, g: &Inner, cx: &Ctx) -> Vec<(u64, u64)> {
-        let over = self.over_dirty_ratio(g.dirty_lines, cx);
+    fn pick(&mut self, shards: &[&Shard], cx: &Ctx) -> Vec<(u64, u64)> {
+        let over = self.over_dirty_ratio(cx.dirty, cx);
         if !over {
-            let busy = g
+            let busy = cx
                 .last_io
                 .is_some_and(|t| cx.now.saturating_duration_since(t) < self.cfg.activity_threshold);
             if busy {
@@ -54,11 +54,14 @@ impl Cleaning for Alru {
         }
         let max = self.cfg.flush_max_buffers;
         let mut due: Vec<(Instant, (u64, u64))> = Vec::new();
-        for class in dirty_lines(g) {
+        for (g, class) in shards
+            .iter()
+            .flat_map(|g| dirty_lines(g).map(move |c| (g, c)))
+        {
             let mut taken = 0;
             for s in class {
                 let sl = &g.slots[s as usize];
-                let (Some(key), Some(written)) = (sl.key, sl.last_write) else {
+                let (Some(key), Some(written)) = (sl.key(), g.last_write(s)) else {
                     continue;
                 };
                 if sl.busy {

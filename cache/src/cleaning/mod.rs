@@ -11,7 +11,7 @@ pub(crate) use acp::{Acp, CHUNK as ACP_CHUNK};
 pub(crate) use alru::Alru;
 pub(crate) use nop::Nop;
 
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::mode::{Cleaner, CleaningPolicy};
 use std::time::{Duration, Instant};
 
@@ -20,12 +20,16 @@ pub(crate) struct Ctx {
     /// Lines of the cache, and their size.
     pub lines: usize,
     pub line_size: u64,
+    /// Dirty lines in the whole cache.
+    pub dirty: usize,
     pub now: Instant,
+    /// When the last read or write came.
+    pub last_io: Option<Instant>,
 }
 
 pub(crate) trait Cleaning: Send {
-    /// The lines to write back in this pass (none: nothing to do now).
-    fn pick(&mut self, g: &Inner, cx: &Ctx) -> Vec<(u64, u64)>;
+    /// The lines to write back in this pass (none: nothing to do now), seeing every shard.
+    fn pick(&mut self, shards: &[&Shard], cx: &Ctx) -> Vec<(u64, u64)>;
     /// How long the cleaner waits after a pass that wrote back `cleaned` lines; `None`: until
     /// it is woken (a setting changed, the cache stops).
     fn wait(&self, cleaned: usize) -> Option<Duration>;
@@ -61,9 +65,9 @@ impl Limiter {
     }
 }
 
-/// The dirty lines of every class, oldest write first within a class.
+/// The dirty lines of every class of a shard, oldest write first within a class.
 pub(crate) fn dirty_lines<'a>(
-    g: &'a Inner,
+    g: &'a Shard,
 ) -> impl Iterator<Item = impl Iterator<Item = u32> + 'a> {
     g.classes
         .iter()

@@ -3,13 +3,13 @@
 //! pass through to the core (counted as pass-through).
 
 use super::{Cleaning, Ctx};
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use std::time::Duration;
 
 pub(crate) struct Nop;
 
 impl Cleaning for Nop {
-    fn pick(&mut self, _g: &Inner, _cx: &Ctx) -> Vec<(u64, u64)> {
+    fn pick(&mut self, _shards: &[&Shard], _cx: &Ctx) -> Vec<(u64, u64)> {
         Vec::new()
     }
 

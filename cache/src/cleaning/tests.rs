@@ -55,6 +55,7 @@ fn cache(lines: u64, line: u64, cleaner: Cleaner) -> (Arc<Cache>, Arc<ManualCloc
         on_first_dirty: None,
         throttle: None,
         clock: Some(clock.clone()),
+        shards: 0,
     };
     (Cache::open(cfg, core.clone()).unwrap(), clock, core)
 }

@@ -7,7 +7,6 @@ use crate::metadata::Slot;
 use crate::mode::ClassConfig;
 use crate::stats::Counters;
 use crate::ClassId;
-use std::collections::BTreeSet;
 use std::io;
 use std::mem::size_of;
 use std::time::{Duration, Instant};
@@ -26,17 +25,15 @@ pub struct Purged {
 /// The bytes the line metadata takes, and how they are made up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MetadataMemory {
-    /// Slots (one per line of the cache): key, valid and dirty bitmaps, class, times.
+    /// Slots (one per line of the cache, 48 B): key, valid and dirty bitmaps, class, the time
+    /// of the last dirtying write, hash chain.
     pub slots_bytes: u64,
     /// The LRU links (two u32 per slot).
     pub lru_bytes: u64,
-    /// The hash index (object, line) -> slot, by its buckets (one control byte each).
+    /// The hash index (object, line) -> slot: a u32 bucket head per one to two slots.
     pub index_bytes: u64,
-    /// Per object its cached lines (a map entry per object and B-tree keys, counted at 16 B
-    /// per line: a B-tree leaf of 11 u64 keys takes about 100 B and is half to wholly full).
+    /// Per object with cached lines: their count, span and dirty sectors.
     pub objects_bytes: u64,
-    /// The free list.
-    pub free_bytes: u64,
     pub total_bytes: u64,
     /// `total_bytes` per line of the cache.
     pub bytes_per_line: u64,
@@ -47,16 +44,17 @@ impl Cache {
     /// and the cleaner writes them back later (casadm -Q -f no). Any mode serves dirty lines
     /// correctly (pass-through cleans the dirty sectors it reads first).
     pub fn set_class_keeping_dirty(&self, id: ClassId, cfg: ClassConfig) -> io::Result<()> {
-        let mut g = self.inner.lock();
-        match g.classes.get_mut(id as usize).and_then(Option::as_mut) {
-            Some(c) => {
-                c.cfg = cfg;
-                drop(g);
-                self.wake.notify_all();
-                Ok(())
-            }
-            None => Err(io::Error::other(format!("no class {id}"))),
+        if self.class(id).is_none() {
+            return Err(io::Error::other(format!("no class {id}")));
         }
+        self.each_shard(|g| {
+            if let Some(c) = g.classes.get_mut(id as usize).and_then(Option::as_mut) {
+                c.cfg = cfg.clone();
+            }
+        });
+        self.refresh_modes();
+        self.wake.notify_all();
+        Ok(())
     }
 
     /// Undoes the stop of `shutdown` after it failed, so the cache can serve on (a detach
@@ -67,7 +65,7 @@ impl Cache {
 
     /// Every class's id and setting.
     pub fn class_configs(&self) -> Vec<(ClassId, ClassConfig)> {
-        let g = self.inner.lock();
+        let g = self.shard(0);
         g.classes
             .iter()
             .enumerate()
@@ -77,10 +75,12 @@ impl Cache {
 
     /// Every request counter to zero, per class and so in total, and the cleaner's counts.
     pub fn reset_counters(&self) {
-        let mut g = self.inner.lock();
-        for c in g.classes.iter_mut().flatten() {
-            c.counters = Counters::default();
-        }
+        self.each_shard(|g| {
+            for c in g.classes.iter_mut().flatten() {
+                c.counters = Counters::default();
+            }
+        });
+        let mut g = self.shared.lock();
         g.cleaner_passes = 0;
         g.cleaned_lines = 0;
         g.cleaner_errors = 0;
@@ -92,37 +92,36 @@ impl Cache {
     /// bring their old data back.
     pub fn purge_where(&self, pick: &dyn Fn(u64, ClassId) -> bool) -> io::Result<Purged> {
         let mut out = Purged::default();
-        let mut g = self.inner.lock();
-        let chosen: Vec<u32> = g
-            .index
-            .iter()
-            .filter(|(&(o, _), &s)| pick(o, g.slots[s as usize].class))
-            .map(|(_, &s)| s)
-            .collect();
         let mut wiped = false;
         let mut r = Ok(());
-        for s in chosen {
-            let (dirty, busy, disk_dirty) = {
-                let sl = &g.slots[s as usize];
-                (sl.dirty != 0, sl.busy, sl.disk_dirty)
-            };
-            if dirty {
-                out.dirty_kept += 1;
-                continue;
+        self.each_shard(|g| {
+            let chosen: Vec<u32> = g
+                .cached()
+                .filter(|&((o, _), s)| pick(o, g.slots[s as usize].class))
+                .map(|(_, s)| s)
+                .collect();
+            for s in chosen {
+                let (dirty, busy, disk_dirty) = {
+                    let sl = &g.slots[s as usize];
+                    (sl.dirty != 0, sl.busy, sl.disk_dirty)
+                };
+                if dirty {
+                    out.dirty_kept += 1;
+                    continue;
+                }
+                if busy {
+                    out.busy += 1;
+                    continue;
+                }
+                g.detach(s);
+                g.give_back(s);
+                out.lines += 1;
+                if disk_dirty && r.is_ok() {
+                    r = self.record_locked(g, s);
+                    wiped = true;
+                }
             }
-            if busy {
-                out.busy += 1;
-                continue;
-            }
-            g.detach(s);
-            g.free.push(s);
-            out.lines += 1;
-            if disk_dirty && r.is_ok() {
-                r = self.record_locked(&mut g, s);
-                wiped = true;
-            }
-        }
-        drop(g);
+        });
         r?;
         if wiped {
             self.store.sync()?;
@@ -132,18 +131,19 @@ impl Cache {
 
     /// (clean, dirty) lines that `pick(object, class)` selects.
     pub fn lines_where(&self, pick: &dyn Fn(u64, ClassId) -> bool) -> (u64, u64) {
-        let g = self.inner.lock();
         let mut out = (0, 0);
-        for (&(o, _), &s) in &g.index {
-            let sl = &g.slots[s as usize];
-            if pick(o, sl.class) {
-                if sl.dirty != 0 {
-                    out.1 += 1;
-                } else {
-                    out.0 += 1;
+        self.each_shard(|g| {
+            for ((o, _), s) in g.cached() {
+                let sl = &g.slots[s as usize];
+                if pick(o, sl.class) {
+                    if sl.dirty != 0 {
+                        out.1 += 1;
+                    } else {
+                        out.0 += 1;
+                    }
                 }
             }
-        }
+        });
         out
     }
 
@@ -155,17 +155,19 @@ impl Cache {
     /// How long ago the least recently written dirty line was written, in total and per class
     /// (by class id): how long the oldest unwritten data has waited.
     pub fn dirty_for(&self) -> (Option<Duration>, Vec<(ClassId, Duration)>) {
-        let g = self.inner.lock();
         let now = self.clock.now();
-        let mut per: Vec<Option<Instant>> = vec![None; g.classes.len()];
-        for &s in g.index.values() {
-            let sl = &g.slots[s as usize];
-            if let (Some(since), true) = (sl.last_write, sl.dirty != 0) {
-                let last = per.len() - 1;
-                let e = &mut per[(sl.class as usize).min(last)];
-                *e = Some(e.map_or(since, |t| t.min(since)));
+        let mut per: Vec<Option<Instant>> = Vec::new();
+        self.each_shard(|g| {
+            per.resize(per.len().max(g.classes.len()), None);
+            for (_, s) in g.cached() {
+                let sl = &g.slots[s as usize];
+                if let (Some(since), true) = (g.last_write(s), sl.dirty != 0) {
+                    let last = per.len() - 1;
+                    let e = &mut per[(sl.class as usize).min(last)];
+                    *e = Some(e.map_or(since, |t| t.min(since)));
+                }
             }
-        }
+        });
         let classes: Vec<(ClassId, Duration)> = per
             .iter()
             .enumerate()
@@ -178,25 +180,21 @@ impl Cache {
     /// What the line metadata takes in memory: each structure's element size times the
     /// elements it has room for (its capacity, not only what is in use).
     pub fn metadata_memory(&self) -> MetadataMemory {
-        let g = self.inner.lock();
         let n = self.nslots as u64;
-        let slots_bytes = g.slots.capacity() as u64 * size_of::<Slot>() as u64;
+        let (mut slots_bytes, mut index_bytes, mut objects_bytes) = (0, 0, 0);
+        self.each_shard(|g| {
+            slots_bytes += g.slots.capacity() as u64 * size_of::<Slot>() as u64;
+            let (index, objects) = g.index_bytes();
+            index_bytes += index as u64;
+            objects_bytes += objects as u64;
+        });
         let lru_bytes = n * 2 * size_of::<u32>() as u64;
-        // hashbrown keeps capacity at 7/8 of its buckets; each bucket is an entry plus one
-        // control byte.
-        let buckets = |cap: usize| (cap as u64 * 8).div_ceil(7);
-        let index_bytes = buckets(g.index.capacity()) * (size_of::<((u64, u64), u32)>() as u64 + 1);
-        let objects_bytes = buckets(g.objects.capacity())
-            * (size_of::<(u64, BTreeSet<u64>)>() as u64 + 1)
-            + g.index.len() as u64 * 16;
-        let free_bytes = g.free.capacity() as u64 * size_of::<u32>() as u64;
-        let total_bytes = slots_bytes + lru_bytes + index_bytes + objects_bytes + free_bytes;
+        let total_bytes = slots_bytes + lru_bytes + index_bytes + objects_bytes;
         MetadataMemory {
             slots_bytes,
             lru_bytes,
             index_bytes,
             objects_bytes,
-            free_bytes,
             total_bytes,
             bytes_per_line: total_bytes / n.max(1),
         }

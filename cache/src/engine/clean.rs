@@ -26,22 +26,26 @@ impl Cache {
         done: &mut u64,
     ) -> io::Result<()> {
         loop {
-            let batch: Vec<(u64, u64)> = {
-                let g = self.inner.lock();
-                g.index
-                    .iter()
-                    .filter(|(&(o, _), &s)| {
-                        let sl = &g.slots[s as usize];
-                        sl.dirty != 0 && pick(o, sl.class)
-                    })
-                    .map(|(&k, _)| k)
-                    .take(256)
-                    .collect()
-            };
+            let mut batch: Vec<(u64, u64)> = Vec::new();
+            for k in 0..self.shards.len() {
+                let g = self.shard(k);
+                batch.extend(
+                    g.cached()
+                        .filter(|&((o, _), s)| {
+                            let sl = &g.slots[s as usize];
+                            sl.dirty != 0 && pick(o, sl.class)
+                        })
+                        .map(|(k, _)| k)
+                        .take(256 - batch.len()),
+                );
+                if batch.len() >= 256 {
+                    break;
+                }
+            }
             if batch.is_empty() {
                 return Ok(());
             }
-            let left = self.inner.lock().dirty_lines as u64;
+            let left = self.totals.dirty() as u64;
             progress(*done, *done + left);
             *done += self.clean_keys(&batch)? as u64;
         }
@@ -58,13 +62,9 @@ impl Cache {
         let mut cleaned = Vec::new();
         let mut result = Ok(());
         for &(object, line) in keys {
-            let mut parts = vec![Part::holding(line)];
-            let g = self.acquire(object, &mut parts, DEFAULT_CLASS, false);
-            let class = parts[0]
-                .slot
-                .map(|s| g.slots[s as usize].class)
-                .unwrap_or(DEFAULT_CLASS);
-            drop(g);
+            let mut parts = vec![Part::holding(line, self.shard_index(object, line))];
+            self.acquire(object, &mut parts, DEFAULT_CLASS, false);
+            let class = parts[0].class;
             let mut c = Counters::default();
             let r = match parts[0].slot {
                 Some(s) if parts[0].dirty != 0 => {
@@ -72,26 +72,21 @@ impl Cache {
                 }
                 _ => Ok(()),
             };
-            let mut g = self.inner.lock();
-            match &r {
-                Ok(()) => {
-                    if let Some(s) = parts[0].slot {
-                        if parts[0].dirty != 0 {
-                            g.set_dirty(s, 0, self.now());
-                            cleaned.push((object, s));
-                        }
+            let now = self.now();
+            self.settle(&parts, Some((class, &c)), |g, p| {
+                if let (Ok(()), Some(s)) = (&r, p.slot) {
+                    if p.dirty != 0 {
+                        g.set_dirty(s, 0, now);
+                        cleaned.push((object, s));
                     }
                 }
-                Err(e) => {
-                    // Never dropped: the line stays dirty and is tried again.
-                    log::error!("write-back of object {object} line {line} failed: {e}");
-                    g.cleaner_errors += 1;
-                }
-            }
+            });
             bytes += c.core_write_bytes;
-            g.class_mut(class).counters.add(&c);
-            self.release(&mut g, &parts);
-            drop(g);
+            if let Err(e) = &r {
+                // Never dropped: the line stays dirty and is tried again.
+                log::error!("write-back of object {object} line {line} failed: {e}");
+                self.shared.lock().cleaner_errors += 1;
+            }
             if r.is_err() && result.is_ok() {
                 result = r;
             }
@@ -109,7 +104,7 @@ impl Cache {
             self.persist(&slots)?;
         }
         let n = cleaned.len();
-        self.inner.lock().cleaned_lines += n as u64;
+        self.shared.lock().cleaned_lines += n as u64;
         result.map(|()| (n, bytes))
     }
 
@@ -138,23 +133,30 @@ impl Cache {
     pub fn cleaner_step(&self) -> (io::Result<usize>, Option<std::time::Duration>) {
         let mut state = self.cleaning.lock();
         let now = self.now();
+        let last_io = self.shared.lock().last_io;
         let keys = {
-            let g = self.inner.lock();
+            let guards = self.all_shards();
+            let shards: Vec<&crate::metadata::Shard> = guards.iter().map(|g| &**g).collect();
             let cx = Ctx {
                 lines: self.nslots,
                 line_size: self.line,
+                dirty: self.totals.dirty(),
                 now,
+                last_io,
             };
-            state.0.pick(&g, &cx)
+            state.0.pick(&shards, &cx)
         };
         let result = if keys.is_empty() {
             Ok((0, 0))
         } else {
             self.clean_keys_counted(&keys)
         };
-        self.inner.lock().cleaner_passes += 1;
+        let mbps = {
+            let mut g = self.shared.lock();
+            g.cleaner_passes += 1;
+            g.policy.cleaner.max_mbps
+        };
         let (n, bytes) = *result.as_ref().unwrap_or(&(0, 0));
-        let mbps = self.inner.lock().policy.cleaner.max_mbps;
         let limit = state.1.book(self.now(), bytes, mbps);
         let wait = state.0.wait(n).map(|w| w.max(limit));
         (result.map(|r| r.0), wait)
@@ -170,7 +172,7 @@ impl Cache {
                 let mut wait = Some(Duration::ZERO);
                 while !cache.stop.load(Ordering::Relaxed) {
                     if wait != Some(Duration::ZERO) {
-                        let mut g = cache.inner.lock();
+                        let mut g = cache.shared.lock();
                         if !cache.stop.load(Ordering::Relaxed) {
                             // Woken early by a setting change, dirty pressure or the stop.
                             cache
@@ -197,7 +199,7 @@ impl Cache {
         self.stop.store(true, Ordering::Relaxed);
         // Under the lock the cleaner checks `stop` with: it is either before its check or
         // waiting, never in between.
-        drop(self.inner.lock());
+        drop(self.shared.lock());
         self.wake.notify_all();
         self.flush_all(&mut |_, _| {})?;
         if self.store.persistent() {
@@ -211,6 +213,7 @@ impl Cache {
                 line_size: self.line,
                 slots: self.nslots as u64,
                 clean: true,
+                shards: self.shards.len() as u16,
             })?;
         }
         Ok(())

@@ -3,7 +3,7 @@
 
 use super::request::mask;
 use super::Cache;
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::SECTOR;
 use std::io;
 
@@ -11,54 +11,29 @@ impl Cache {
     /// After a crash: drops lines of objects that no longer exist, clips the rest to the
     /// object's size, and writes every dirty line back. `size_of` answers for each object.
     pub fn recover(&self, size_of: &dyn Fn(u64) -> Option<u64>) -> io::Result<usize> {
-        let found: Vec<(u64, u64, u32)> = {
-            let g = self.inner.lock();
-            g.index.iter().map(|(&(o, l), &s)| (o, l, s)).collect()
-        };
-        {
-            let mut g = self.inner.lock();
+        let now = self.now();
+        let mut r = Ok(());
+        self.each_shard(|g| {
+            let found: Vec<(u64, u64, u32)> = g.cached().map(|((o, l), s)| (o, l, s)).collect();
             for (o, l, s) in found {
-                let size = size_of(o).unwrap_or(0);
-                let keep_to = size.div_ceil(SECTOR) * SECTOR;
-                let start = l * self.line;
-                if keep_to <= start {
-                    g.detach(s);
-                    if g.slots[s as usize].disk_dirty {
-                        self.record_locked(&mut g, s)?;
-                    }
-                    g.free.push(s);
-                    continue;
+                if r.is_err() {
+                    return;
                 }
-                if keep_to < start + self.line {
-                    let cut = !mask(0, (keep_to - start) / SECTOR);
-                    let dirty = g.slots[s as usize].dirty & !cut;
-                    g.slots[s as usize].valid &= !cut;
-                    // Through set_dirty: a line left clean moves to its clean list.
-                    g.set_dirty(s, dirty, self.now());
-                }
-                // The sector holding the end of file: what lies past the end reads as zeros
-                // (it was written before a shrink that the crash cut short).
-                let tail = size % SECTOR;
-                let eof_sector = (size / SECTOR).checked_sub(start / SECTOR);
-                if let (true, Some(k)) = (tail != 0, eof_sector) {
-                    if k < self.line / SECTOR && g.slots[s as usize].valid & (1 << k) != 0 {
-                        let zeros = vec![0u8; (SECTOR - tail) as usize];
-                        self.store.write(s, size - start, &zeros)?;
-                    }
-                }
+                r = self.recover_line(g, l, s, size_of(o).unwrap_or(0), now);
             }
-        }
+        });
+        r?;
         self.store.sync()?;
         // Every dirty line is tried; one that cannot be written back (its device failed)
         // stays dirty in the cache, durable, for the cleaner to retry: the volume mounts.
-        let dirty: Vec<(u64, u64)> = {
-            let g = self.inner.lock();
-            g.index
-                .iter()
-                .filter(|(_, &s)| g.slots[s as usize].dirty != 0)
-                .map(|(&k, _)| k)
-                .collect()
-        };
+        let mut dirty: Vec<(u64, u64)> = Vec::new();
+        self.each_shard(|g| {
+            dirty.extend(
+                g.cached()
+                    .filter(|&(_, s)| g.slots[s as usize].dirty != 0)
+                    .map(|(k, _)| k),
+            )
+        });
         let mut written = 0;
         for chunk in dirty.chunks(256) {
             match self.clean_keys(chunk) {
@@ -71,22 +46,68 @@ impl Cache {
         Ok(written)
     }
 
+    /// After a crash, one line of an object (now `size` bytes): dropped past the end, clipped
+    /// at it.
+    fn recover_line(
+        &self,
+        g: &mut Shard,
+        l: u64,
+        s: u32,
+        size: u64,
+        now: std::time::Instant,
+    ) -> io::Result<()> {
+        let keep_to = size.div_ceil(SECTOR) * SECTOR;
+        let start = l * self.line;
+        if keep_to <= start {
+            g.detach(s);
+            if g.slots[s as usize].disk_dirty {
+                self.record_locked(g, s)?;
+            }
+            g.give_back(s);
+            return Ok(());
+        }
+        if keep_to < start + self.line {
+            let cut = !mask(0, (keep_to - start) / SECTOR);
+            let dirty = g.slots[s as usize].dirty & !cut;
+            g.slots[s as usize].valid &= !cut;
+            // Through set_dirty: a line left clean moves to its clean list.
+            g.set_dirty(s, dirty, now);
+        }
+        // The sector holding the end of file: what lies past the end reads as zeros (it was
+        // written before a shrink that the crash cut short).
+        let tail = size % SECTOR;
+        let eof_sector = (size / SECTOR).checked_sub(start / SECTOR);
+        if let (true, Some(k)) = (tail != 0, eof_sector) {
+            if k < self.line / SECTOR && g.slots[s as usize].valid & (1 << k) != 0 {
+                let zeros = vec![0u8; (SECTOR - tail) as usize];
+                self.store.write(s, size - start, &zeros)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the records of `slots` and syncs the store.
     pub(super) fn persist(&self, slots: &[u32]) -> io::Result<()> {
-        loop {
-            let mut g = self.inner.lock();
-            let dirty = slots.iter().any(|&s| g.slots[s as usize].dirty != 0);
-            if dirty && !*self.dirty_declared.lock() {
-                // Declared with no lock held (it makes the owner's store durable).
-                drop(g);
-                self.declare_dirty()?;
-                continue;
+        let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); self.shards.len()];
+        for &s in slots {
+            by_shard[self.shard_of_slot(s)].push(s);
+        }
+        for (k, slots) in by_shard.iter().enumerate().filter(|(_, v)| !v.is_empty()) {
+            loop {
+                let mut g = self.shard(k);
+                let dirty = slots.iter().any(|&s| g.slots[s as usize].dirty != 0);
+                if dirty && !*self.dirty_declared.lock() {
+                    // Declared with no lock held (it makes the owner's store durable).
+                    drop(g);
+                    self.declare_dirty()?;
+                    continue;
+                }
+                faultpoint::fault_point!("cache.records-before-write");
+                for &s in slots {
+                    self.record_locked(&mut g, s)?;
+                }
+                break;
             }
-            faultpoint::fault_point!("cache.records-before-write");
-            for &s in slots {
-                self.record_locked(&mut g, s)?;
-            }
-            break;
         }
         faultpoint::fault_point!("cache.records-before-sync");
         self.store.sync()
@@ -95,7 +116,7 @@ impl Cache {
     /// Writes slot `s`'s record as memory has it now. Every record is written this way, under
     /// the lock: records reach the file in the order their states were made, so an older
     /// state (another file's line, since evicted and reused) never lands on a newer one.
-    pub(super) fn record_locked(&self, g: &mut Inner, s: u32) -> io::Result<()> {
+    pub(super) fn record_locked(&self, g: &mut Shard, s: u32) -> io::Result<()> {
         if !self.store.persistent() {
             return Ok(());
         }
@@ -127,18 +148,11 @@ impl Cache {
     /// durable on the cache device with their records.
     pub fn sync_object(&self, object: u64) -> io::Result<()> {
         if self.store.persistent() {
-            let slots: Vec<u32> = {
-                let g = self.inner.lock();
-                g.objects
-                    .get(&object)
-                    .map(|lines| {
-                        lines
-                            .iter()
-                            .filter_map(|&l| g.index.get(&(object, l)).copied())
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
+            let mut slots: Vec<u32> = Vec::new();
+            self.each_shard(|g| {
+                let lines = g.lines_of(object, 0, u64::MAX);
+                slots.extend(lines.iter().filter_map(|&l| g.lookup((object, l))));
+            });
             self.persist(&slots)?;
         } else {
             self.flush_where(&|o, _| o == object)?;

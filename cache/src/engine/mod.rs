@@ -7,18 +7,17 @@
 use crate::attach::{attach, Attached};
 use crate::cleaning::{self, Cleaning, Limiter};
 use crate::clock::{Clock, SystemClock};
-use crate::eviction::{Eviction, Links, List, Lru};
-use crate::metadata::{Class, Inner, Slot};
-use crate::mode::{ClassConfig, Cleaner, Mode, Policy};
+use crate::eviction::{Eviction, Lru};
+use crate::metadata::{shard_of, Class, Shard, Shared, Totals};
+use crate::mode::{ClassConfig, Cleaner, Mode, Policy, Promotion};
 use crate::promotion;
 use crate::stats::{CacheStats, ClassStats, Counters};
 use crate::store::{Store, EMPTY};
 use crate::{Backend, ClassId, DEFAULT_CLASS, SECTOR};
-use parking_lot::{Condvar, Mutex};
-use rustc_hash::FxHashMap as HashMap;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -75,6 +74,21 @@ pub struct CacheConfig {
     pub throttle: Option<Arc<dyn crate::Throttle>>,
     /// The time the cleaner decides by; `None`: the system's.
     pub clock: Option<Arc<dyn Clock>>,
+    /// Metadata shards of a new store (0: by its size, see `auto_shards`); a cache file keeps
+    /// the number it was made with.
+    pub shards: usize,
+}
+
+/// Shards for a cache of `lines` lines: one per 1024 lines, 1 to 16 (a small cache stays one
+/// LRU; a large one lets requests of different lines go on in parallel).
+pub fn auto_shards(lines: u64) -> usize {
+    (lines / 1024).clamp(1, 16) as usize
+}
+
+/// One shard's metadata and the signal that one of its lines was released.
+struct ShardLock {
+    meta: Mutex<Shard>,
+    released: Condvar,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,15 +129,21 @@ pub struct Cache {
     store: Store,
     line: u64,
     nslots: usize,
-    inner: Mutex<Inner>,
-    /// Signalled whenever a busy line is released.
-    released: Condvar,
+    shards: Box<[ShardLock]>,
+    /// Slots per shard (the last shard takes the rest).
+    per_shard: u32,
+    totals: Arc<Totals>,
+    shared: Mutex<Shared>,
+    /// The promotion policy is `always` (no request needs to ask it).
+    promotes_always: AtomicBool,
+    /// Dirty lines at which a write wakes the cleaner (alru's dirty ratio threshold).
+    wake_at_dirty: AtomicUsize,
     /// Which dirty lines the cleaner writes back, and when; and its bandwidth limit.
     cleaning: Mutex<(Box<dyn Cleaning>, Limiter)>,
     clock: Arc<dyn Clock>,
     /// Which clean line makes room.
     eviction: Box<dyn Eviction>,
-    /// Wakes the cleaner early.
+    /// Wakes the cleaner early (it waits on `shared`).
     wake: Condvar,
     stop: AtomicBool,
     volume: [u8; 16],
@@ -154,6 +174,16 @@ fn lost(dirty_lines: usize) -> &'static str {
     }
 }
 
+/// Dirty lines at which a write wakes the cleaner early.
+fn wake_at_dirty(cleaner: &Cleaner, lines: usize) -> usize {
+    let pct = cleaner.dirty_ratio_threshold as usize;
+    if pct < 100 {
+        lines * pct / 100
+    } else {
+        usize::MAX
+    }
+}
+
 fn io_err(msg: String) -> io::Error {
     io::Error::other(msg)
 }
@@ -179,68 +209,88 @@ impl Cache {
             mut store,
             records,
             id,
+            shards: nshards,
         } = attach(&cfg, line, nslots)?;
         store.throttle = cfg.throttle.clone();
         let mut default = ClassConfig::new("default", cfg.default_mode);
         default.priority = cfg.default_priority;
-        let mut inner = Inner {
-            slots: (0..nslots)
-                .map(|_| Slot {
-                    key: None,
-                    valid: 0,
-                    dirty: 0,
-                    class: DEFAULT_CLASS,
-                    last_write: None,
-                    busy: false,
-                    disk_dirty: false,
-                })
-                .collect(),
-            free: Vec::new(),
-            index: HashMap::default(),
-            objects: HashMap::default(),
-            classes: vec![Some(Class {
-                cfg: default,
-                clean: List::default(),
-                dirty: List::default(),
-                counters: Counters::default(),
-            })],
-            links: Links::new(nslots as usize),
-            dirty_lines: 0,
-            streams: Default::default(),
-            last_io: None,
-            chunk_lines: (cleaning::ACP_CHUNK / line).max(1),
-            dirty_chunks: HashMap::default(),
-            error_requests: 0,
-            promotion: promotion::from_setting(cfg.policy.promotion, nslots as usize),
-            policy: cfg.policy.clone(),
-            cleaner_passes: 0,
-            cleaned_lines: 0,
-            cleaner_errors: 0,
-        };
+        let nshards = nshards.clamp(1, nslots as usize);
+        let per_shard = (nslots / nshards as u64) as u32;
+        let totals = Arc::new(Totals::default());
+        let chunk_lines = (cleaning::ACP_CHUNK / line).max(1);
         let clock = cfg.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
         let now = clock.now();
+        let mut shards: Vec<Shard> = (0..nshards)
+            .map(|k| {
+                let base = k as u32 * per_shard;
+                let end = if k + 1 == nshards {
+                    nslots as u32
+                } else {
+                    base + per_shard
+                };
+                Shard::new(base..end, default.clone(), chunk_lines, now, totals.clone())
+            })
+            .collect();
+        let shard_of_slot = |s: u32| ((s / per_shard) as usize).min(nshards - 1);
         for (i, r) in records.iter().enumerate() {
             if r.object == EMPTY || r.valid == 0 {
                 continue;
             }
             let s = i as u32;
-            inner.attach(s, (r.object, r.line), DEFAULT_CLASS);
-            let slot = &mut inner.slots[s as usize];
+            let g = &mut shards[shard_of_slot(s)];
+            if shard_of(r.object, r.line, nshards) != shard_of_slot(s) {
+                // Not where this geometry looks for it (a damaged record): the store's check
+                // at attach keeps this from happening to a file made by this code.
+                return Err(CacheError::Damaged {
+                    path: store
+                        .path
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    what: format!("slot {s} holds a line of another shard"),
+                });
+            }
+            g.attach(s, (r.object, r.line), DEFAULT_CLASS);
+            let slot = &mut g.slots[s as usize];
             slot.valid = r.valid;
             slot.disk_dirty = r.dirty != 0;
-            inner.set_dirty(s, r.dirty & r.valid, now);
+            g.set_dirty(s, r.dirty & r.valid, now);
         }
-        inner.free = (0..nslots as u32)
-            .rev()
-            .filter(|&s| inner.slots[s as usize].key.is_none())
-            .collect();
+        for g in &mut shards {
+            // The lowest free slot is taken first.
+            for s in g.slots.range().rev() {
+                if g.slots[s as usize].key().is_none() {
+                    g.give_back(s);
+                }
+            }
+        }
         Ok(Arc::new(Cache {
             backend,
             store,
             line,
             nslots: nslots as usize,
-            inner: Mutex::new(inner),
-            released: Condvar::new(),
+            shards: shards
+                .into_iter()
+                .map(|meta| ShardLock {
+                    meta: Mutex::new(meta),
+                    released: Condvar::new(),
+                })
+                .collect(),
+            per_shard,
+            totals,
+            shared: Mutex::new(Shared {
+                class_modes: vec![Some(cfg.default_mode)],
+                streams: Default::default(),
+                last_io: None,
+                error_requests: 0,
+                promotion: promotion::from_setting(cfg.policy.promotion, nslots as usize),
+                policy: cfg.policy.clone(),
+                cleaner_passes: 0,
+                cleaned_lines: 0,
+                cleaner_errors: 0,
+            }),
+            promotes_always: AtomicBool::new(cfg.policy.promotion == Promotion::Always),
+            wake_at_dirty: AtomicUsize::new(wake_at_dirty(&cfg.policy.cleaner, nslots as usize)),
             cleaning: Mutex::new((
                 cleaning::from_config(&cfg.policy.cleaner),
                 Limiter::default(),
@@ -256,6 +306,38 @@ impl Cache {
             on_first_dirty: cfg.on_first_dirty.clone(),
             failed: AtomicBool::new(false),
         }))
+    }
+
+    /// The shard a line belongs to.
+    pub(crate) fn shard_index(&self, object: u64, line: u64) -> usize {
+        shard_of(object, line, self.shards.len())
+    }
+
+    /// The shard that owns a slot.
+    pub(crate) fn shard_of_slot(&self, s: u32) -> usize {
+        ((s / self.per_shard) as usize).min(self.shards.len() - 1)
+    }
+
+    /// Locks one shard.
+    pub(crate) fn shard(&self, k: usize) -> MutexGuard<'_, Shard> {
+        self.shards[k].meta.lock()
+    }
+
+    /// Locks every shard, in order (what needs the whole cache at once: the cleaner's pick).
+    pub(crate) fn all_shards(&self) -> Vec<MutexGuard<'_, Shard>> {
+        self.shards.iter().map(|s| s.meta.lock()).collect()
+    }
+
+    /// Runs `f` on each shard in turn, one lock at a time.
+    pub(crate) fn each_shard(&self, mut f: impl FnMut(&mut Shard)) {
+        for s in self.shards.iter() {
+            f(&mut s.meta.lock());
+        }
+    }
+
+    /// How many metadata shards the cache has.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
     }
 
     pub fn line_size(&self) -> u64 {
@@ -274,47 +356,51 @@ impl Cache {
 
     // ----- classes -----
 
-    /// Adds a class; returns its id.
+    /// Adds a class (to every shard, at the same id); returns its id.
     pub fn add_class(&self, cfg: ClassConfig) -> ClassId {
-        let mut g = self.inner.lock();
-        let class = Class {
-            cfg,
-            clean: List::default(),
-            dirty: List::default(),
-            counters: Counters::default(),
-        };
-        match g.classes.iter().position(Option::is_none) {
-            Some(i) => {
-                g.classes[i] = Some(class);
-                i as ClassId
+        let mut all = self.all_shards();
+        let id = all[0]
+            .classes
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(all[0].classes.len());
+        for g in all.iter_mut() {
+            if id == g.classes.len() {
+                g.classes.push(None);
             }
-            None => {
-                g.classes.push(Some(class));
-                (g.classes.len() - 1) as ClassId
-            }
+            g.classes[id] = Some(Class::new(cfg.clone()));
         }
+        drop(all);
+        self.refresh_modes();
+        id as ClassId
+    }
+
+    /// Copies the classes' modes where requests read them (after any class change).
+    pub(super) fn refresh_modes(&self) {
+        let modes = self
+            .shard(0)
+            .classes
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.cfg.mode))
+            .collect();
+        self.shared.lock().class_modes = modes;
     }
 
     /// Changes a class; leaving a mode that holds dirty data writes its dirty lines back first.
     pub fn set_class(&self, id: ClassId, cfg: ClassConfig) -> io::Result<()> {
-        let leaving_dirty = {
-            let g = self.inner.lock();
-            let c = g.classes.get(id as usize).and_then(Option::as_ref);
-            let old = c
-                .map(|c| c.cfg.mode)
-                .ok_or_else(|| io_err(format!("no class {id}")))?;
-            old.holds_dirty() && !cfg.mode.holds_dirty()
-        };
-        if leaving_dirty {
+        let old = self
+            .class(id)
+            .ok_or_else(|| io_err(format!("no class {id}")))?;
+        if old.mode.holds_dirty() && !cfg.mode.holds_dirty() {
             self.flush_where(&|_, class| class == id)?;
         }
-        let mut g = self.inner.lock();
-        g.class_mut(id).cfg = cfg;
+        self.each_shard(|g| g.class_mut(id).cfg = cfg.clone());
+        self.refresh_modes();
         Ok(())
     }
 
     pub fn class(&self, id: ClassId) -> Option<ClassConfig> {
-        let g = self.inner.lock();
+        let g = self.shard(0);
         g.classes.get(id as usize)?.as_ref().map(|c| c.cfg.clone())
     }
 
@@ -324,32 +410,34 @@ impl Cache {
             return Err(io_err("the default class cannot be removed".into()));
         }
         self.flush_where(&|_, class| class == id)?;
-        let mut g = self.inner.lock();
-        let slots: Vec<u32> = g
-            .classes
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .map(|c| {
-                g.links
-                    .oldest_first(&c.clean)
-                    .chain(g.links.oldest_first(&c.dirty))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for s in slots {
-            g.move_class(s, DEFAULT_CLASS);
-        }
-        if let Some(c) = g.classes.get_mut(id as usize) {
-            // Keep what it counted in the default class's totals.
-            if let Some(old) = c.take() {
-                g.class_mut(DEFAULT_CLASS).counters.add(&old.counters);
+        self.each_shard(|g| {
+            let slots: Vec<u32> = g
+                .classes
+                .get(id as usize)
+                .and_then(Option::as_ref)
+                .map(|c| {
+                    g.links
+                        .oldest_first(&c.clean)
+                        .chain(g.links.oldest_first(&c.dirty))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for s in slots {
+                g.move_class(s, DEFAULT_CLASS);
             }
-        }
+            if let Some(c) = g.classes.get_mut(id as usize) {
+                // Keep what it counted in the default class's totals.
+                if let Some(old) = c.take() {
+                    g.class_mut(DEFAULT_CLASS).counters.add(&old.counters);
+                }
+            }
+        });
+        self.refresh_modes();
         Ok(())
     }
 
     pub fn default_mode(&self) -> Mode {
-        self.inner.lock().class_mut(DEFAULT_CLASS).cfg.mode
+        self.shard(0).class_mut(DEFAULT_CLASS).cfg.mode
     }
 
     // ----- failure of the cache device -----
@@ -367,7 +455,7 @@ impl Cache {
     /// `error_threshold` such requests the cache goes pass-through for good.
     pub(super) fn cache_error_request(&self) {
         let (n, threshold) = {
-            let mut g = self.inner.lock();
+            let mut g = self.shared.lock();
             g.error_requests += 1;
             (g.error_requests, g.policy.error_threshold)
         };
@@ -387,7 +475,7 @@ impl Cache {
 
     pub(super) fn mark_failed(&self) {
         if !self.failed.swap(true, Ordering::Relaxed) {
-            let dirty = self.inner.lock().dirty_lines;
+            let dirty = self.totals.dirty();
             log::error!(
                 "CACHE DEVICE FAILED{}: running pass-through from now on; {dirty} dirty lines \
                  stay in the cache and are written back if it can still be read",
@@ -404,24 +492,28 @@ impl Cache {
 
     pub fn set_policy(&self, policy: Policy) {
         self.set_cleaner(policy.cleaner.clone());
-        let mut g = self.inner.lock();
+        let mut g = self.shared.lock();
         if g.policy.promotion != policy.promotion {
             g.promotion = promotion::from_setting(policy.promotion, self.nslots);
         }
+        self.promotes_always
+            .store(policy.promotion == Promotion::Always, Ordering::Relaxed);
         g.policy = policy;
     }
 
     pub fn policy(&self) -> Policy {
-        self.inner.lock().policy.clone()
+        self.shared.lock().policy.clone()
     }
 
     /// Changes the cleaning policy or its settings, live; the cleaner takes them at once.
     pub fn set_cleaner(&self, cleaner: Cleaner) {
         {
             let mut c = self.cleaning.lock();
-            let mut g = self.inner.lock();
+            let mut g = self.shared.lock();
             if g.policy.cleaner != cleaner {
                 c.0 = cleaning::from_config(&cleaner);
+                self.wake_at_dirty
+                    .store(wake_at_dirty(&cleaner, self.nslots), Ordering::Relaxed);
                 g.policy.cleaner = cleaner;
             }
         }
@@ -431,12 +523,15 @@ impl Cache {
     /// The dirty lines, by (object, line) (tests).
     #[cfg(test)]
     pub(crate) fn dirty_keys(&self) -> Vec<(u64, u64)> {
-        let g = self.inner.lock();
-        g.index
-            .iter()
-            .filter(|(_, &s)| g.slots[s as usize].dirty != 0)
-            .map(|(&k, _)| k)
-            .collect()
+        let mut out = Vec::new();
+        self.each_shard(|g| {
+            out.extend(
+                g.cached()
+                    .filter(|&(_, s)| g.slots[s as usize].dirty != 0)
+                    .map(|(k, _)| k),
+            )
+        });
+        out
     }
 
     #[cfg(test)]
@@ -450,34 +545,42 @@ impl Cache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let g = self.inner.lock();
-        let mut total = Counters::default();
-        let classes: Vec<ClassStats> = g
-            .classes
-            .iter()
-            .enumerate()
-            .filter_map(|(id, c)| {
-                let c = c.as_ref()?;
-                total.add(&c.counters);
-                Some(ClassStats {
+        let mut classes: Vec<Option<ClassStats>> = Vec::new();
+        let mut dirty_bytes = 0;
+        let mut occupied = 0;
+        let mut dirty_lines = 0;
+        self.each_shard(|g| {
+            occupied += g.occupied as u64;
+            dirty_lines += g.dirty_lines as u64;
+            dirty_bytes += g
+                .cached()
+                .map(|(_, s)| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
+                .sum::<u64>();
+            classes.resize(classes.len().max(g.classes.len()), None);
+            for (id, c) in g.classes.iter().enumerate() {
+                let Some(c) = c else { continue };
+                let e = classes[id].get_or_insert_with(|| ClassStats {
                     id: id as u16,
                     name: c.cfg.name.clone(),
                     mode: c.cfg.mode.name().into(),
                     priority: c.cfg.priority,
                     allocation: c.cfg.allocation,
                     pinned: c.cfg.pinned,
-                    occupancy_lines: c.lines() as u64,
-                    dirty_lines: c.dirty.len() as u64,
-                    counters: c.counters.clone(),
-                })
-            })
-            .collect();
-        let occupied = g.index.len() as u64;
-        let dirty_bytes: u64 = g
-            .index
-            .values()
-            .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
-            .sum();
+                    occupancy_lines: 0,
+                    dirty_lines: 0,
+                    counters: Counters::default(),
+                });
+                e.occupancy_lines += c.lines() as u64;
+                e.dirty_lines += c.dirty.len() as u64;
+                e.counters.add(&c.counters);
+            }
+        });
+        let classes: Vec<ClassStats> = classes.into_iter().flatten().collect();
+        let mut total = Counters::default();
+        for c in &classes {
+            total.add(&c.counters);
+        }
+        let g = self.shared.lock();
         CacheStats {
             failed: self.failed(),
             emulated: self.store.throttle.as_ref().map(|t| t.describe()),
@@ -488,18 +591,18 @@ impl Cache {
             }
             .into(),
             path: self.store.path.as_ref().map(|p| p.display().to_string()),
-            default_mode: g.classes[0]
-                .as_ref()
-                .map(|c| c.cfg.mode.name())
-                .unwrap_or("pt")
-                .into(),
+            default_mode: classes
+                .first()
+                .map(|c| c.mode.clone())
+                .unwrap_or_else(|| "pt".into()),
             size_bytes: self.nslots as u64 * self.line,
             line_size: self.line,
             lines: self.nslots as u64,
+            shards: self.shards.len() as u64,
             occupancy_lines: occupied,
             free_lines: self.nslots as u64 - occupied,
-            clean_lines: occupied - g.dirty_lines as u64,
-            dirty_lines: g.dirty_lines as u64,
+            clean_lines: occupied - dirty_lines,
+            dirty_lines,
             occupancy_bytes: occupied * self.line,
             dirty_bytes,
             counters: total,

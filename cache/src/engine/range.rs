@@ -10,33 +10,27 @@ impl Cache {
     /// Bytes of `object` that only this cache holds (dirty sectors): a file's st_blocks
     /// counts them, as ext4 counts blocks of delayed allocation.
     pub fn dirty_bytes(&self, object: u64) -> u64 {
-        let g = self.inner.lock();
-        let Some(lines) = g.objects.get(&object) else {
-            return 0;
-        };
+        let mut bytes = 0;
+        self.each_shard(|g| bytes += g.dirty_bytes(object));
+        bytes
+    }
+
+    /// The lines of `object` the cache holds from `from` to `to` (inclusive), ascending.
+    pub(super) fn lines_of(&self, object: u64, from: u64, to: u64) -> Vec<u64> {
+        let mut lines = Vec::new();
+        self.each_shard(|g| lines.extend(g.lines_of(object, from, to)));
+        lines.sort_unstable();
         lines
-            .iter()
-            .filter_map(|&line| g.index.get(&(object, line)))
-            .map(|&s| g.slots[s as usize].dirty.count_ones() as u64 * SECTOR)
-            .sum()
     }
 
     /// A file shrank to `size`: lines past it go, the tail of the last one reads as zeros.
     pub fn truncate(&self, object: u64, size: u64) -> io::Result<()> {
-        let lines: Vec<u64> = {
-            let g = self.inner.lock();
-            g.objects
-                .get(&object)
-                .map(|l| l.range(size / self.line..).copied().collect())
-                .unwrap_or_default()
-        };
+        let lines = self.lines_of(object, size / self.line, u64::MAX);
         let mut wiped = false;
         for line in lines {
-            let mut parts = vec![Part::holding(line)];
-            let g = self.acquire(object, &mut parts, DEFAULT_CLASS, false);
-            drop(g);
+            let mut parts = vec![Part::holding(line, self.shard_index(object, line))];
+            self.acquire(object, &mut parts, DEFAULT_CLASS, false);
             let Some(s) = parts[0].slot else {
-                self.release(&mut self.inner.lock(), &parts);
                 continue;
             };
             let start = line * self.line;
@@ -50,30 +44,26 @@ impl Cache {
                 r = self.store.write(s, keep, &tail);
             }
             let cut = !mask(0, keep.div_ceil(SECTOR));
-            let mut g = self.inner.lock();
-            let disk_dirty = g.slots[s as usize].disk_dirty;
-            {
-                let sl = &mut g.slots[s as usize];
-                sl.valid &= !cut;
-            }
-            let dirty = g.slots[s as usize].dirty & !cut;
-            g.set_dirty(s, dirty, self.now());
-            let emptied = g.slots[s as usize].valid == 0;
-            if emptied {
-                g.detach(s);
-                // Wiped (durably before truncate returns), so a crash cannot bring the
-                // dropped data back.
-                if disk_dirty && r.is_ok() {
-                    r = match faultpoint::check("cache.record-wipe") {
-                        Some(e) => Err(e),
-                        None => self.record_locked(&mut g, s),
-                    };
-                    wiped = true;
+            let now = self.now();
+            self.settle(&parts, None, |g, _| {
+                let disk_dirty = g.slots[s as usize].disk_dirty;
+                g.slots[s as usize].valid &= !cut;
+                let dirty = g.slots[s as usize].dirty & !cut;
+                g.set_dirty(s, dirty, now);
+                if g.slots[s as usize].valid == 0 {
+                    g.detach(s);
+                    // Wiped (durably before truncate returns), so a crash cannot bring the
+                    // dropped data back.
+                    if disk_dirty && r.is_ok() {
+                        r = match faultpoint::check("cache.record-wipe") {
+                            Some(e) => Err(e),
+                            None => self.record_locked(g, s),
+                        };
+                        wiped = true;
+                    }
+                    g.give_back(s);
                 }
-                g.free.push(s);
-            }
-            self.release(&mut g, &parts);
-            drop(g);
+            });
             r?;
         }
         if wiped {
@@ -106,33 +96,30 @@ impl Cache {
         if len == 0 {
             return punch();
         }
-        let mut parts: Vec<Part> = {
-            let g = self.inner.lock();
-            let (first, last) = (offset / self.line, (end - 1) / self.line);
-            g.objects
-                .get(&object)
-                .map(|l| l.range(first..=last).copied().collect::<Vec<u64>>())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|line| {
-                    let start = line * self.line;
-                    let a = offset.max(start) - start;
-                    let b = end.min(start + self.line) - start;
-                    Part {
-                        line,
-                        slot: None,
-                        a,
-                        b,
-                        buf: 0,
-                        touched: mask(a / SECTOR, b.div_ceil(SECTOR)),
-                        full: mask(a.div_ceil(SECTOR), b / SECTOR),
-                        valid: 0,
-                        dirty: 0,
-                    }
-                })
-                .collect()
-        };
-        drop(self.acquire(object, &mut parts, DEFAULT_CLASS, false));
+        let (first, last) = (offset / self.line, (end - 1) / self.line);
+        let mut parts: Vec<Part> = self
+            .lines_of(object, first, last)
+            .into_iter()
+            .map(|line| {
+                let start = line * self.line;
+                let a = offset.max(start) - start;
+                let b = end.min(start + self.line) - start;
+                Part {
+                    line,
+                    shard: self.shard_index(object, line),
+                    slot: None,
+                    class: DEFAULT_CLASS,
+                    a,
+                    b,
+                    buf: 0,
+                    touched: mask(a / SECTOR, b.div_ceil(SECTOR)),
+                    full: mask(a.div_ceil(SECTOR), b / SECTOR),
+                    valid: 0,
+                    dirty: 0,
+                }
+            })
+            .collect();
+        self.acquire(object, &mut parts, DEFAULT_CLASS, false);
         let punched = punch();
         let mut r: io::Result<()> = Ok(());
         let mut sync = false;
@@ -152,10 +139,9 @@ impl Cache {
                 }
             }
         }
-        let mut g = self.inner.lock();
         let now = self.now();
-        for p in &parts {
-            let Some(s) = p.slot else { continue };
+        self.settle(&parts, None, |g, p| {
+            let Some(s) = p.slot else { return };
             let gone = match (&punched, &r) {
                 (Ok(()), Ok(())) => p.full,
                 (Ok(()), Err(_)) => p.full | (p.touched & !p.dirty),
@@ -168,18 +154,16 @@ impl Cache {
             let stale_record = disk_dirty && (p.dirty & gone != 0 || p.valid & !gone == 0);
             if g.slots[s as usize].valid == 0 {
                 g.detach(s);
-                g.free.push(s);
+                g.give_back(s);
             }
             if stale_record && r.is_ok() {
                 r = match faultpoint::check("cache.record-wipe") {
                     Some(e) => Err(e),
-                    None => self.record_locked(&mut g, s),
+                    None => self.record_locked(g, s),
                 };
                 sync = true;
             }
-        }
-        self.release(&mut g, &parts);
-        drop(g);
+        });
         if sync && r.is_ok() {
             r = self.store.sync();
         }

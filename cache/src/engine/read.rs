@@ -29,17 +29,14 @@ impl Cache {
             caller_read_bytes: buf.len() as u64,
             ..Counters::default()
         };
-        let mut parts = self.plan(offset, buf.len());
-        let (mode, cutoff) = {
-            let mut g = self.inner.lock();
-            if pass_through {
-                (Mode::Pt, false)
-            } else {
-                self.effective_mode(&mut g, object, offset, buf.len() as u64, class, false)
-            }
+        let mut parts = self.plan(object, offset, buf.len());
+        let (mode, cutoff) = if pass_through {
+            (Mode::Pt, false)
+        } else {
+            self.effective_mode(object, offset, buf.len() as u64, class, false)
         };
         let insert = !cutoff && mode.rules().read_inserts;
-        drop(self.acquire(object, &mut parts, class, insert));
+        self.acquire(object, &mut parts, class, insert);
         // Counted by what the cache held before: a read that should have inserted a line and
         // got none (promotion said no, or nothing it may evict) passed through, as in OCF.
         let found = Found::of(&parts);
@@ -47,20 +44,16 @@ impl Cache {
         let pass_through = mode.rules().pass_through || cutoff || unmapped;
         count(&mut c, false, pass_through, found);
         let result = self.read_parts(object, offset, buf, &mut parts, mode, insert, &mut c);
-        let mut g = self.inner.lock();
         let now = self.now();
-        for p in &parts {
+        self.settle(&parts, Some((class, &c)), |g, p| {
             if let Some(s) = p.slot {
                 g.slots[s as usize].valid = p.valid;
                 // Pass-through cleaned what it read.
                 g.set_dirty(s, p.dirty, now);
                 g.touch(s, class, false);
+                g.drop_if_empty(s);
             }
-        }
-        g.drop_empty(&parts);
-        g.class_mut(class).counters.add(&c);
-        self.release(&mut g, &parts);
-        drop(g);
+        });
         if result.is_err() && c.cache_errors > 0 && mode != Mode::Pt {
             // The cache device failed under this read: once more, pass-through.
             self.cache_error_request();

@@ -3,18 +3,21 @@
 //! the I/O to the core and of one line's dirty sectors.
 
 use super::Cache;
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::mode::{Mode, SeqCutoff};
 use crate::stats::Counters;
 use crate::store::{Record, EMPTY};
 use crate::{eviction, promotion, seq_cutoff, ClassId, SECTOR};
-use parking_lot::MutexGuard;
 use std::io;
 
 /// One line's share of a request.
 pub(crate) struct Part {
     pub(super) line: u64,
+    /// The metadata shard of the line.
+    pub(super) shard: usize,
     pub(super) slot: Option<u32>,
+    /// The class of its slot when taken.
+    pub(super) class: ClassId,
     /// Byte range inside the line.
     pub(super) a: u64,
     pub(super) b: u64,
@@ -30,10 +33,12 @@ pub(crate) struct Part {
 
 impl Part {
     /// A line taken whole, touching nothing: what cleaning and truncating hold a line by.
-    pub(super) fn holding(line: u64) -> Part {
+    pub(super) fn holding(line: u64, shard: usize) -> Part {
         Part {
             line,
+            shard,
             slot: None,
+            class: crate::DEFAULT_CLASS,
             a: 0,
             b: 0,
             buf: 0,
@@ -114,7 +119,7 @@ pub(crate) fn runs(m: u64) -> Vec<(u64, u64)> {
 }
 
 impl Cache {
-    pub(super) fn plan(&self, offset: u64, len: usize) -> Vec<Part> {
+    pub(super) fn plan(&self, object: u64, offset: u64, len: usize) -> Vec<Part> {
         let mut parts = Vec::new();
         let end = offset + len as u64;
         let mut pos = offset;
@@ -124,7 +129,9 @@ impl Cache {
             let b = (end - line * self.line).min(self.line);
             parts.push(Part {
                 line,
+                shard: self.shard_index(object, line),
                 slot: None,
+                class: crate::DEFAULT_CLASS,
                 a,
                 b,
                 buf: (pos - offset) as usize,
@@ -138,85 +145,130 @@ impl Cache {
         parts
     }
 
-    /// Marks the request's existing lines busy (waiting while another operation holds one),
-    /// and allocates lines where `alloc` says so. Lines are taken in ascending order, so two
-    /// requests never wait on each other in a cycle.
-    pub(super) fn acquire<'a>(
-        &'a self,
-        object: u64,
-        parts: &mut [Part],
-        class: ClassId,
-        alloc: bool,
-    ) -> MutexGuard<'a, Inner> {
-        let mut g = self.inner.lock();
-        loop {
-            let busy = parts.iter().any(|p| {
-                g.index
-                    .get(&(object, p.line))
-                    .is_some_and(|&s| g.slots[s as usize].busy)
-            });
-            if !busy {
-                break;
-            }
-            self.released.wait(&mut g);
-        }
-        let mut alloc = alloc;
-        if alloc {
-            // Promotion decides for the request as a whole (OCF's).
-            let missing: Vec<(u64, u64)> = parts
-                .iter()
-                .map(|p| (object, p.line))
-                .filter(|k| !g.index.contains_key(k))
-                .collect();
-            if !missing.is_empty() {
-                let req = promotion::Request {
-                    missing: &missing,
-                    mapped: parts.len() - missing.len(),
-                    occupied: g.index.len(),
-                    lines: self.nslots,
-                };
-                alloc = g.promotion.promote(&req);
-            }
-        }
-        for p in parts.iter_mut() {
-            let key = (object, p.line);
-            let mut slot = g.index.get(&key).copied();
-            if slot.is_none() && alloc {
-                slot = self.allocate(&mut g, class);
-                if let Some(s) = slot {
-                    g.attach(s, key, class);
-                }
-            }
-            if let Some(s) = slot {
-                let sl = &mut g.slots[s as usize];
-                sl.busy = true;
-                p.valid = sl.valid;
-                p.dirty = sl.dirty;
-            }
-            p.slot = slot;
-        }
-        g
+    /// The shards a request's parts are in, ascending: the order every request takes them.
+    fn shard_order(parts: &[Part]) -> Vec<usize> {
+        let mut order: Vec<usize> = parts.iter().map(|p| p.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        order
     }
 
-    pub(super) fn release(&self, g: &mut Inner, parts: &[Part]) {
-        for s in parts.iter().filter_map(|p| p.slot) {
-            g.slots[s as usize].busy = false;
+    /// Marks the request's existing lines busy (waiting while another operation holds one),
+    /// and allocates lines where `alloc` says so. Shards are taken in ascending order and all
+    /// of a request's lines in one shard at once, so two requests never wait on each other in
+    /// a cycle.
+    pub(super) fn acquire(&self, object: u64, parts: &mut [Part], class: ClassId, alloc: bool) {
+        let alloc = alloc && self.promotes(object, parts);
+        for k in Self::shard_order(parts) {
+            let lock = &self.shards[k];
+            let mut g = lock.meta.lock();
+            loop {
+                let busy = parts.iter().filter(|p| p.shard == k).any(|p| {
+                    g.lookup((object, p.line))
+                        .is_some_and(|s| g.slots[s as usize].busy)
+                });
+                if !busy {
+                    break;
+                }
+                lock.released.wait(&mut g);
+            }
+            for p in parts.iter_mut().filter(|p| p.shard == k) {
+                let key = (object, p.line);
+                let mut slot = g.lookup(key);
+                if slot.is_none() && alloc {
+                    slot = self.allocate(&mut g, class);
+                    if let Some(s) = slot {
+                        g.attach(s, key, class);
+                    }
+                }
+                if let Some(s) = slot {
+                    let sl = &mut g.slots[s as usize];
+                    sl.busy = true;
+                    p.valid = sl.valid;
+                    p.dirty = sl.dirty;
+                    p.class = sl.class;
+                }
+                p.slot = slot;
+            }
         }
-        self.released.notify_all();
+    }
+
+    /// Whether the request's missed lines may be inserted: promotion decides for the request
+    /// as a whole (OCF's), from a look at the lines it misses now.
+    fn promotes(&self, object: u64, parts: &[Part]) -> bool {
+        if self
+            .promotes_always
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return true;
+        }
+        let mut missing: Vec<(u64, u64)> = Vec::new();
+        for k in Self::shard_order(parts) {
+            let g = self.shard(k);
+            missing.extend(
+                parts
+                    .iter()
+                    .filter(|p| p.shard == k)
+                    .map(|p| (object, p.line))
+                    .filter(|&key| g.lookup(key).is_none()),
+            );
+        }
+        if missing.is_empty() {
+            return true;
+        }
+        let req = promotion::Request {
+            missing: &missing,
+            mapped: parts.len() - missing.len(),
+            occupied: self.totals.occupied(),
+            lines: self.nslots,
+        };
+        self.shared.lock().promotion.promote(&req)
+    }
+
+    /// Ends a request: for each of its shards in turn, `each` updates the metadata of the
+    /// request's parts there, then their lines are released. The request's counters go to
+    /// its class in the first shard.
+    pub(super) fn settle(
+        &self,
+        parts: &[Part],
+        counted: Option<(ClassId, &Counters)>,
+        mut each: impl FnMut(&mut Shard, &Part),
+    ) {
+        let mut counted = counted;
+        for k in Self::shard_order(parts) {
+            let lock = &self.shards[k];
+            let mut g = lock.meta.lock();
+            for p in parts.iter().filter(|p| p.shard == k) {
+                each(&mut g, p);
+            }
+            if let Some((class, c)) = counted.take() {
+                g.class_mut(class).counters.add(c);
+            }
+            for s in parts.iter().filter(|p| p.shard == k).filter_map(|p| p.slot) {
+                g.slots[s as usize].busy = false;
+            }
+            drop(g);
+            lock.released.notify_all();
+        }
+        if let Some((class, c)) = counted {
+            // A request with no parts (nothing to settle) still counts.
+            self.shard(0).class_mut(class).counters.add(c);
+        }
     }
 
     /// A free slot, or an evicted clean one (the eviction policy's choice).
-    pub(super) fn allocate(&self, g: &mut Inner, class: ClassId) -> Option<u32> {
+    pub(super) fn allocate(&self, g: &mut Shard, class: ClassId) -> Option<u32> {
         let class = g.live_class(class);
         let own = g.classes.get(class as usize)?.as_ref()?;
-        // A class at its share replaces its own lines, even while others are free.
-        let over_share = own.lines() as f64 >= own.cfg.allocation * self.nslots as f64;
-        let free = if over_share { None } else { g.free.pop() };
+        // A class at its share (of each shard, so of the cache) replaces its own lines, even
+        // while others are free.
+        let over_share = own.lines() as f64 >= own.cfg.allocation * g.slots.len() as f64;
+        let free = if over_share { None } else { g.take_free() };
         if let Some(s) = free {
             // A freed slot whose durable record still says dirty is wiped before reuse.
             if g.slots[s as usize].disk_dirty {
                 if self.write_empty_record(s).is_err() {
-                    g.free.push(s);
+                    g.give_back(s);
                     return None;
                 }
                 g.slots[s as usize].disk_dirty = false;
@@ -231,8 +283,8 @@ impl Cache {
                     }
                     g.slots[s as usize].disk_dirty = false;
                 }
+                // A victim is a cached line: never on the free list.
                 g.detach(s);
-                g.free.retain(|&f| f != s);
                 return Some(s);
             }
         }
@@ -263,19 +315,16 @@ impl Cache {
     /// activity for the cleaner.
     pub(super) fn effective_mode(
         &self,
-        g: &mut Inner,
         object: u64,
         offset: u64,
         len: u64,
         class: ClassId,
         write: bool,
     ) -> (Mode, bool) {
+        let mut g = self.shared.lock();
         g.last_io = Some(self.now());
-        let mode = g
-            .classes
-            .get(class as usize)
-            .and_then(Option::as_ref)
-            .map_or(Mode::Pt, |c| c.cfg.mode);
+        let mode = g.class_modes.get(class as usize).copied().flatten();
+        let mode = mode.unwrap_or(Mode::Pt);
         if self.failed() {
             return (Mode::Pt, false);
         }
@@ -297,7 +346,7 @@ impl Cache {
                 // Free lines below what the request needs plus a reserve.
                 let need = (offset + len).div_ceil(self.line) - offset / self.line;
                 let reserve = seq_cutoff::full_reserve(self.nslots) as u64;
-                sequential && (g.free.len() as u64) < need + reserve
+                sequential && (self.totals.free() as u64) < need + reserve
             }
         };
         (mode, cut)
@@ -352,15 +401,13 @@ impl Cache {
     }
 }
 
-impl Inner {
-    /// Lines a request left with nothing valid are given back.
-    pub(super) fn drop_empty(&mut self, parts: &[Part]) {
-        for s in parts.iter().filter_map(|p| p.slot) {
-            let sl = &self.slots[s as usize];
-            if sl.key.is_some() && sl.valid == 0 {
-                self.detach(s);
-                self.free.push(s);
-            }
+impl Shard {
+    /// A line a request left with nothing valid is given back.
+    pub(super) fn drop_if_empty(&mut self, s: u32) {
+        let sl = &self.slots[s as usize];
+        if sl.key().is_some() && sl.valid == 0 {
+            self.detach(s);
+            self.give_back(s);
         }
     }
 }

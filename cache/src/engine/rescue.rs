@@ -11,16 +11,13 @@ pub type DirtyRun = (u64, u64, Vec<u8>);
 impl Cache {
     /// Every dirty sector run still in the cache, read from the store.
     pub fn dirty_runs(&self) -> io::Result<Vec<DirtyRun>> {
-        let lines: Vec<(u64, u64, u32, u64)> = {
-            let g = self.inner.lock();
-            g.index
-                .iter()
-                .filter_map(|(&(object, line), &s)| {
-                    let dirty = g.slots[s as usize].dirty;
-                    (dirty != 0).then_some((object, line, s, dirty))
-                })
-                .collect()
-        };
+        let mut lines: Vec<(u64, u64, u32, u64)> = Vec::new();
+        self.each_shard(|g| {
+            lines.extend(g.cached().filter_map(|((object, line), s)| {
+                let dirty = g.slots[s as usize].dirty;
+                (dirty != 0).then_some((object, line, s, dirty))
+            }))
+        });
         let mut out = Vec::new();
         for (object, line, slot, dirty) in lines {
             for (s0, s1) in runs(dirty) {

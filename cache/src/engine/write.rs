@@ -7,6 +7,7 @@ use crate::mode::Mode;
 use crate::stats::Counters;
 use crate::{ClassId, SECTOR};
 use std::io;
+use std::sync::atomic::Ordering;
 
 /// What a write does with the lines it finds (OCF: the engine its mode routes it to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,18 +46,15 @@ impl Cache {
             caller_write_bytes: data.len() as u64,
             ..Counters::default()
         };
-        let mut parts = self.plan(offset, data.len());
-        let (mode, cutoff) = {
-            let mut g = self.inner.lock();
-            if pass_through {
-                (Mode::Pt, false)
-            } else {
-                self.effective_mode(&mut g, object, offset, data.len() as u64, class, true)
-            }
+        let mut parts = self.plan(object, offset, data.len());
+        let (mode, cutoff) = if pass_through {
+            (Mode::Pt, false)
+        } else {
+            self.effective_mode(object, offset, data.len() as u64, class, true)
         };
         let rules = mode.rules();
         let inserts = !cutoff && rules.write_inserts;
-        drop(self.acquire(object, &mut parts, class, inserts));
+        self.acquire(object, &mut parts, class, inserts);
         let found = Found::of(&parts);
         let route = if cutoff {
             Route::Around
@@ -91,22 +89,26 @@ impl Cache {
             None
         };
         let mut wiped = false;
-        let mut g = self.inner.lock();
         let now = self.now();
-        for p in &parts {
-            let Some(s) = p.slot else { continue };
+        let failed_before = record_failed.is_some();
+        if failed_before {
+            c.cache_error(true);
+        }
+        let counted = c.clone();
+        self.settle(&parts, Some((class, &counted)), |g, p| {
+            let Some(s) = p.slot else { return };
             if p.valid == 0 {
                 g.set_dirty(s, 0, now);
                 g.detach(s);
                 if g.slots[s as usize].disk_dirty && record_failed.is_none() {
                     record_failed = faultpoint::check("cache.record-wipe");
                     if record_failed.is_none() {
-                        record_failed = self.record_locked(&mut g, s).err();
+                        record_failed = self.record_locked(g, s).err();
                         wiped = true;
                     }
                 }
-                g.free.push(s);
-                continue;
+                g.give_back(s);
+                return;
             }
             // Dirty sectors the write invalidated: if the durable record has them, it is
             // rewritten and synced before the write completes.
@@ -119,20 +121,20 @@ impl Cache {
             }
             g.touch(s, class, true);
             if (p.dirty != 0 || disk_dirty) && record_failed.is_none() {
-                record_failed = self.record_locked(&mut g, s).err();
+                record_failed = self.record_locked(g, s).err();
                 wiped |= disk_dirty && dropped;
             }
-        }
-        if record_failed.is_some() {
+        });
+        if !failed_before && record_failed.is_some() {
+            // A record write failed while settling: its class counts the cache error too.
+            let mut e = Counters::default();
+            e.cache_error(true);
+            self.settle(&[], Some((class, &e)), |_, _| {});
             c.cache_error(true);
         }
-        g.class_mut(class).counters.add(&c);
-        self.release(&mut g, &parts);
-        let pct = g.policy.cleaner.dirty_ratio_threshold as usize;
-        if pct < 100 && g.dirty_lines >= self.nslots * pct / 100 {
+        if self.totals.dirty() >= self.wake_at_dirty.load(Ordering::Relaxed) {
             self.wake.notify_one();
         }
-        drop(g);
         if wiped && record_failed.is_none() {
             record_failed = self.store.sync().err();
         }

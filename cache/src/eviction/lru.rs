@@ -4,7 +4,7 @@
 //! lines are older.
 
 use super::Eviction;
-use crate::metadata::Inner;
+use crate::metadata::Shard;
 use crate::ClassId;
 
 pub(crate) const NIL: u32 = u32::MAX;
@@ -32,26 +32,34 @@ impl List {
     }
 }
 
-/// The links of every slot: a slot is on at most one list at a time.
+/// The links of a shard's slots (numbered from `base` in the whole cache): a slot is on at
+/// most one list at a time.
 pub(crate) struct Links {
+    base: u32,
     prev: Vec<u32>,
     next: Vec<u32>,
 }
 
 impl Links {
-    pub fn new(slots: usize) -> Links {
+    pub fn new(base: u32, slots: usize) -> Links {
         Links {
+            base,
             prev: vec![NIL; slots],
             next: vec![NIL; slots],
         }
     }
 
+    fn at(&self, s: u32) -> usize {
+        (s - self.base) as usize
+    }
+
     pub fn push_front(&mut self, list: &mut List, s: u32) {
-        let i = s as usize;
+        let i = self.at(s);
         self.prev[i] = NIL;
         self.next[i] = list.head;
         if list.head != NIL {
-            self.prev[list.head as usize] = s;
+            let h = self.at(list.head);
+            self.prev[h] = s;
         } else {
             list.tail = s;
         }
@@ -60,15 +68,17 @@ impl Links {
     }
 
     pub fn remove(&mut self, list: &mut List, s: u32) {
-        let i = s as usize;
+        let i = self.at(s);
         let (p, n) = (self.prev[i], self.next[i]);
         if p != NIL {
-            self.next[p as usize] = n;
+            let p = self.at(p);
+            self.next[p] = n;
         } else {
             list.head = n;
         }
         if n != NIL {
-            self.prev[n as usize] = p;
+            let n = self.at(n);
+            self.prev[n] = p;
         } else {
             list.tail = p;
         }
@@ -83,7 +93,7 @@ impl Links {
         std::iter::from_fn(move || {
             (at != NIL).then(|| {
                 let s = at;
-                at = self.prev[s as usize];
+                at = self.prev[self.at(s)];
                 s
             })
         })
@@ -94,7 +104,7 @@ impl Links {
 pub(crate) struct Lru;
 
 impl Eviction for Lru {
-    fn victim(&self, g: &Inner, class: ClassId) -> Option<u32> {
+    fn victim(&self, g: &Shard, class: ClassId) -> Option<u32> {
         let cl = g.classes.get(class as usize)?.as_ref()?;
         g.links.oldest_first(&cl.clean).find(|&s| {
             let sl = &g.slots[s as usize];
@@ -109,7 +119,7 @@ mod tests {
 
     #[test]
     fn lists_keep_recency_order_through_moves() {
-        let mut links = Links::new(8);
+        let mut links = Links::new(0, 8);
         let (mut clean, mut dirty) = (List::default(), List::default());
         for s in 0..5 {
             links.push_front(&mut clean, s);

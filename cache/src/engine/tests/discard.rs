@@ -42,9 +42,9 @@ fn a_punch_drops_only_its_range_and_never_writes_it_back() {
         "line 1 freed, the others dirty"
     );
     {
-        let g = cache.inner.lock();
         let state = |line: u64| {
-            let s = g.index[&(1, line)];
+            let g = cache.shard(cache.shard_index(1, line));
+            let s = g.lookup((1, line)).unwrap();
             (g.slots[s as usize].valid, g.slots[s as usize].dirty)
         };
         assert_eq!(state(0), (0b0011, 0b0011));

@@ -8,9 +8,13 @@ use super::*;
 #[test]
 fn a_clean_victim_is_found_behind_any_number_of_dirty_lines() {
     let core = Arc::new(Core::default());
-    // 1024 lines of 4K; the cleaner is not started, so dirty lines stay dirty.
+    // 1024 lines of 4K; the cleaner is not started, so dirty lines stay dirty. One shard:
+    // which line goes is decided per shard, and this fills the cache to the last line.
     let cache = Cache::open(
-        config(StoreKind::Ram, 4 << 20, 4096, Mode::Wb),
+        CacheConfig {
+            shards: 1,
+            ..config(StoreKind::Ram, 4 << 20, 4096, Mode::Wb)
+        },
         core.clone(),
     )
     .unwrap();
@@ -46,7 +50,10 @@ fn a_class_never_evicts_a_more_important_one() {
     for (filler, requester) in [(1u8, 5u8), (5, 1)] {
         let core = Arc::new(Core::default());
         let cache = Cache::open(
-            config(StoreKind::Ram, 8 * 4096, 4096, Mode::Wt),
+            CacheConfig {
+                shards: 1,
+                ..config(StoreKind::Ram, 8 * 4096, 4096, Mode::Wt)
+            },
             core.clone(),
         )
         .unwrap();
@@ -119,4 +126,50 @@ fn the_default_class_has_the_configured_priority() {
     read(&cache, 1, 0, 4096);
     assert_eq!((by(DEFAULT_CLASS), by(target)), (0, 4));
     assert_eq!(cache.stats().classes[0].counters.pass_through_reads, 1);
+}
+
+/// A class's guaranteed share (`min_allocation`) is not evicted by other classes: a class of
+/// the same priority takes its lines only down to that share, then replaces its own.
+#[test]
+fn a_class_keeps_its_minimum_share() {
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        CacheConfig {
+            shards: 1,
+            ..config(StoreKind::Ram, 8 * 4096, 4096, Mode::Wt)
+        },
+        core.clone(),
+    )
+    .unwrap();
+    let kept = cache.add_class(ClassConfig {
+        priority: 5,
+        min_allocation: 0.5,
+        ..ClassConfig::new("kept", Mode::Wt)
+    });
+    let other = cache.add_class(ClassConfig {
+        priority: 5,
+        ..ClassConfig::new("other", Mode::Wt)
+    });
+    let mut b = vec![0u8; 4096];
+    for i in 0..8 {
+        cache.read(1, i * 4096, &mut b, kept).unwrap();
+    }
+    for i in 0..8 {
+        cache.read(2, i * 4096, &mut b, other).unwrap();
+    }
+    let by = |id: ClassId| {
+        let s = cache.stats();
+        s.classes
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap()
+            .occupancy_lines
+    };
+    assert_eq!((by(kept), by(other)), (4, 4), "half kept, half replaced");
+    // Its newest lines are the ones kept.
+    let reads = core.counts().0;
+    for i in 4..8 {
+        cache.read(1, i * 4096, &mut b, kept).unwrap();
+    }
+    assert_eq!(core.counts().0, reads);
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::mode::{Promotion, SeqCutoff};
+use rustc_hash::FxHashMap as HashMap;
 
 mod admin;
 mod counters;
@@ -89,6 +90,8 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         on_first_dirty: None,
         throttle: None,
         clock: None,
+        // Several shards, so every test also checks that a request spanning them is whole.
+        shards: 3,
     }
 }
 
@@ -640,18 +643,19 @@ fn recovery_that_cuts_dirty_sectors_keeps_the_lru_lists_whole() {
     cache.recover(&|o| (o == 1).then_some(4096)).unwrap();
     assert_eq!(read(&cache, 1, 0, 4096), vec![1u8; 4096]);
     cache.write(1, 0, &[3u8; 4096], DEFAULT_CLASS).unwrap();
-    let g = cache.inner.lock();
-    let c = g.classes[DEFAULT_CLASS as usize].as_ref().unwrap();
-    let clean: Vec<u32> = g.links.oldest_first(&c.clean).collect();
-    let dirty: Vec<u32> = g.links.oldest_first(&c.dirty).collect();
-    assert_eq!((clean.len(), dirty.len()), (c.clean.len(), c.dirty.len()));
-    for s in &clean {
-        assert_eq!(g.slots[*s as usize].dirty, 0);
+    for g in cache.all_shards() {
+        let c = g.classes[DEFAULT_CLASS as usize].as_ref().unwrap();
+        let clean: Vec<u32> = g.links.oldest_first(&c.clean).collect();
+        let dirty: Vec<u32> = g.links.oldest_first(&c.dirty).collect();
+        assert_eq!((clean.len(), dirty.len()), (c.clean.len(), c.dirty.len()));
+        for s in &clean {
+            assert_eq!(g.slots[*s as usize].dirty, 0);
+        }
+        for s in &dirty {
+            assert_ne!(g.slots[*s as usize].dirty, 0);
+        }
+        assert_eq!(dirty.len(), g.dirty_lines);
     }
-    for s in &dirty {
-        assert_ne!(g.slots[*s as usize].dirty, 0);
-    }
-    assert_eq!(dirty.len(), g.dirty_lines);
 }
 
 /// A cache file's lines count only for the volume generation that used it last: a mount
@@ -818,4 +822,75 @@ fn an_invalidating_write_cannot_be_undone_by_recovery() {
             "{mode:?}: old data came back"
         );
     }
+}
+
+/// A cache file keeps the shards its lines were placed by: one made before shards (0 in its
+/// header) opens as one shard, whatever the size would choose today, and finds its lines.
+#[test]
+fn a_cache_file_keeps_the_shards_it_was_made_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    // 4096 lines: 4 shards by size today.
+    let made = |shards| CacheConfig {
+        shards,
+        ..config(store.clone(), 16 << 20, 4096, Mode::Wb)
+    };
+    let id = {
+        let cache = Cache::open(made(1), core.clone()).unwrap();
+        for i in 0..64u64 {
+            cache
+                .write(1, i * 4096, &[i as u8; 4096], DEFAULT_CLASS)
+                .unwrap();
+        }
+        cache.sync_object(1).unwrap();
+        cache.id()
+    };
+    // As an older stripefs wrote it: no shard count in the header.
+    let path = crate::attach::cache_file(&store).unwrap();
+    let file = crate::store::Store::open_existing(&path, 4096, 4096).unwrap();
+    let mut h = file.read_header().ok().unwrap();
+    h.shards = 0;
+    file.write_header(&h).unwrap();
+    drop(file);
+    let reopen = |shards| CacheConfig {
+        bound: Some(id),
+        holds_dirty: true,
+        ..made(shards)
+    };
+    let cache = Cache::open(reopen(0), core.clone()).unwrap();
+    assert_eq!(cache.shard_count(), 1);
+    assert_eq!(cache.stats().dirty_lines, 64, "every dirty line found");
+    for i in 0..64u64 {
+        assert_eq!(read(&cache, 1, i * 4096, 4096), vec![i as u8; 4096]);
+    }
+    assert_eq!(core.counts().0, 0, "all of it from the cache");
+    cache.shutdown().unwrap();
+    drop(cache);
+    // A new file takes the shards its size gives, and keeps them.
+    let other = tempfile::tempdir().unwrap();
+    let fresh = CacheConfig {
+        store: StoreKind::File(other.path().to_path_buf()),
+        shards: 0,
+        ..config(store.clone(), 16 << 20, 4096, Mode::Wb)
+    };
+    let cache = Cache::open(fresh.clone(), core.clone()).unwrap();
+    assert_eq!(cache.shard_count(), 4);
+    let id = cache.id();
+    cache.write(7, 0, &[7u8; 8192], DEFAULT_CLASS).unwrap();
+    cache.shutdown().unwrap();
+    drop(cache);
+    let cache = Cache::open(
+        CacheConfig {
+            shards: 2,
+            bound: Some(id),
+            ..fresh
+        },
+        core.clone(),
+    )
+    .unwrap();
+    assert_eq!(cache.shard_count(), 4, "the file's own count wins");
+    let reads = core.counts().0;
+    assert_eq!(read(&cache, 7, 0, 8192), vec![7u8; 8192]);
+    assert_eq!(core.counts().0, reads, "its lines are found: hits");
 }

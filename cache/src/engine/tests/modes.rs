@@ -8,8 +8,8 @@ const K: u64 = 1024;
 
 /// (valid, dirty) of a line, or None when it is not cached.
 fn line_state(cache: &Cache, object: u64, line: u64) -> Option<(u64, u64)> {
-    let g = cache.inner.lock();
-    let s = *g.index.get(&(object, line))?;
+    let g = cache.shard(cache.shard_index(object, line));
+    let s = g.lookup((object, line))?;
     let sl = &g.slots[s as usize];
     Some((sl.valid, sl.dirty))
 }
