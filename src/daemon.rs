@@ -221,11 +221,10 @@ fn check_mountpoint(config: &mountcfg::Config, mountpoint: &Path) -> Result<Path
 
 /// Where a background daemon writes its log.
 pub fn default_log_path(config: &mountcfg::Config) -> PathBuf {
+    let dir = crate::engine::meta_dir(config);
     match &config.volume.meta {
-        Some(dir) => dir.join("stripefs.log"),
-        None => config.volume.devices[0]
-            .join(".stripefs")
-            .join("daemon.log"),
+        Some(_) => dir.join("stripefs.log"),
+        None => dir.join("daemon.log"),
     }
 }
 

@@ -233,19 +233,28 @@ pub fn check_meta_dir(config: &mountcfg::Config) -> Result<()> {
     )))
 }
 
-/// Where the namespace store of a volume lives.
+/// Where the namespace store of a volume lives: `volume.meta`, or the volume's first device
+/// (by its superblock: the config may list the devices in any order).
 pub fn namespace_path(config: &mountcfg::Config) -> PathBuf {
+    meta_dir(config).join("namespace.redb")
+}
+
+/// The directory of the namespace and the files beside it.
+pub fn meta_dir(config: &mountcfg::Config) -> PathBuf {
     match &config.volume.meta {
-        Some(dir) => dir.join("namespace.redb"),
-        None => config.volume.devices[0]
-            .join(".stripefs")
-            .join("namespace.redb"),
+        Some(dir) => dir.clone(),
+        None => stripe::first_device(&config.volume.devices)
+            .map_or_else(PathBuf::new, |d| d.join(".stripefs")),
     }
 }
 
 #[derive(Serialize)]
 pub struct DeviceStatus {
+    /// The device's place in the volume (its superblock's): what layouts, `first_device`,
+    /// `[[volume.emulate]] device` and fault injection mean by "device N".
     pub index: usize,
+    /// Its place in the config's `devices` list (which may be in any order).
+    pub config_entry: usize,
     pub path: PathBuf,
     pub total_bytes: u64,
     pub used_bytes: u64,
@@ -1140,6 +1149,7 @@ impl Engine {
         let space = self.volume.space();
         let models = self.volume.models();
         let health = self.volume.health();
+        let listed_as = self.volume.listed_as();
         let devices: Vec<DeviceStatus> = space
             .iter()
             .enumerate()
@@ -1150,6 +1160,7 @@ impl Engine {
                 injected_faults: health[index].faults,
                 emulated: models[index].map(|m| m.describe()),
                 index,
+                config_entry: listed_as[index],
                 path: s.path.clone(),
                 total_bytes: s.total_bytes,
                 used_bytes: s.total_bytes.saturating_sub(s.free_bytes),

@@ -226,8 +226,8 @@ fn mount_refuses_a_wrong_device_set_and_names_the_device() {
     let d = |i: usize| v.devices[i].display().to_string();
     let cases = [
         (
-            format!("[\"{}\", \"{}\", \"{}\"]", d(1), d(0), d(2)),
-            "out of order",
+            format!("[\"{}\", \"{}\", \"{}\"]", d(1), d(0), d(1)),
+            "is listed twice",
             d(1),
         ),
         (
@@ -599,4 +599,51 @@ fn mount_helper_serves_mount_8_and_fstab() {
     let status: serde_json::Value =
         serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
     assert_eq!(status["options"]["threads"], 3);
+}
+
+/// The config may list the devices in any order: mount finds each by its superblock (as mdadm
+/// assembles by UUID), files read back whatever the order, and `status` says which config
+/// entry is which device.
+#[test]
+fn the_config_may_list_the_devices_in_any_order() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    let data = Rng::new(3).bytes(1 << 20);
+    fs::write(v.path("f"), &data).unwrap();
+    v.umount();
+    let text = fs::read_to_string(&v.config).unwrap();
+    let d = |i: usize| format!("\"{}\"", v.devices[i].display());
+    let listed = format!("{}, {}, {}", d(0), d(1), d(2));
+    assert!(text.contains(&listed), "{text}");
+    fs::write(
+        &v.config,
+        text.replace(&listed, &format!("{}, {}, {}", d(2), d(0), d(1))),
+    )
+    .unwrap();
+    v.mount();
+    assert_eq!(fs::read(v.path("f")).unwrap(), data);
+    let status: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+    let by_index: Vec<(u64, u64, String)> = status["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["index"].as_u64().unwrap(),
+                d["config_entry"].as_u64().unwrap(),
+                d["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let path = |i: usize| v.devices[i].display().to_string();
+    assert_eq!(
+        by_index,
+        [(0, 1, path(0)), (1, 2, path(1)), (2, 0, path(2))]
+    );
+    let human = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(human.contains("config entry 1"), "{human}");
+    fs::write(v.path("g"), &data[..4096]).unwrap();
+    v.umount();
+    v.assert_fsck_clean("after a mount in another order");
 }

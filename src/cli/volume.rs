@@ -356,6 +356,12 @@ fn print_devices(s: &serde_json::Value) {
             human_bytes(n(&d["free_bytes"])),
             d["emulated"].as_str().unwrap_or("")
         );
+        if d["config_entry"] != d["index"] {
+            println!(
+                "     (config entry {}: the config lists the devices in another order)",
+                d["config_entry"]
+            );
+        }
     }
     for u in &usage {
         if let Some(reason) = u["reason"].as_str() {

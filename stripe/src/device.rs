@@ -44,7 +44,10 @@ pub struct FormatOptions<'a> {
 /// A device as found at mount.
 #[derive(Debug)]
 pub struct DeviceInfo {
+    /// The device's place in the volume (its superblock's): what layouts refer to.
     pub index: usize,
+    /// Its place in the list it was given in (the config's `devices`).
+    pub listed_as: usize,
     pub path: PathBuf,
     pub superblock: Superblock,
     /// Held for the life of the mount: a second mount of the device is refused.
@@ -248,7 +251,18 @@ fn check_same_volume(paths: &[PathBuf], found: &[Superblock]) -> Result<()> {
     }))
 }
 
-/// Reads and checks every device's superblock, in the order given, and locks them.
+/// The listed device whose superblock says it is the volume's first (index 0): where the
+/// namespace lives unless `volume.meta` says otherwise. The first listed when none says so
+/// (before mkfs, whose order the list gives).
+pub fn first_device(paths: &[PathBuf]) -> Option<&PathBuf> {
+    paths
+        .iter()
+        .find(|p| matches!(read_superblock(p), Ok(Some(sb)) if sb.device_index == 0))
+        .or_else(|| paths.first())
+}
+
+/// Reads and checks every device's superblock and locks them; returns them in the volume's
+/// order (by the index in their superblocks), whatever the order given.
 pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
     if paths.is_empty() {
         return Err(StripeError::Devices("no devices given".into()));
@@ -285,27 +299,44 @@ pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
                 sb.device_count
             )));
         }
-        if sb.device_index as usize != i {
-            let mut order: Vec<(u32, &PathBuf)> =
-                found.iter().map(|s| s.device_index).zip(paths).collect();
-            order.sort();
-            let expected: Vec<String> =
-                order.iter().map(|(_, p)| p.display().to_string()).collect();
+        // The list may be in any order: each device is found by its superblock, as mdadm
+        // assembles by UUID. Two entries claiming one place are two copies of a device.
+        if let Some(j) = found[..i]
+            .iter()
+            .position(|o| o.device_index == sb.device_index)
+        {
             return Err(StripeError::Devices(format!(
-                "device {} is device {} of volume {}, but is listed as device {i}: \
-                 devices are out of order; expected order: {}",
+                "devices {} and {} both say they are device {} of volume {}: one is a copy \
+                 of the other (or the same directory listed twice); list each device once",
+                paths[j].display(),
                 path.display(),
                 sb.device_index,
-                sb.volume_uuid,
-                expected.join(", ")
+                sb.volume_uuid
+            )));
+        }
+        if sb.device_index >= sb.device_count {
+            return Err(StripeError::Devices(format!(
+                "device {} says it is device {} of {}: its superblock is damaged",
+                path.display(),
+                sb.device_index,
+                sb.device_count
             )));
         }
     }
+    let mut listed: Vec<(usize, &PathBuf, Superblock)> = paths
+        .iter()
+        .zip(found)
+        .enumerate()
+        .map(|(i, (p, sb))| (i, p, sb))
+        .collect();
+    listed.sort_by_key(|(_, _, sb)| sb.device_index);
     let mut devices = Vec::with_capacity(paths.len());
-    for (index, (path, superblock)) in paths.iter().zip(found).enumerate() {
+    for (listed_as, path, superblock) in listed {
+        let index = superblock.device_index as usize;
         let lock = lock_device(index, path)?;
         devices.push(DeviceInfo {
             index,
+            listed_as,
             path: path.clone(),
             superblock,
             _lock: lock,
@@ -365,10 +396,33 @@ mod tests {
         fmt(&paths[..3], false).unwrap();
         fmt(&paths[3..], false).unwrap();
 
-        let swapped = vec![paths[1].clone(), paths[0].clone(), paths[2].clone()];
-        let e = open_devices(&swapped).unwrap_err().to_string();
-        assert!(e.contains("out of order"), "{e}");
-        assert!(e.contains(&format!("device {}", paths[1].display())), "{e}");
+        // Any order: each is found by its superblock.
+        let swapped = vec![paths[2].clone(), paths[0].clone(), paths[1].clone()];
+        let devs = open_devices(&swapped).unwrap();
+        let order: Vec<(usize, usize, &PathBuf)> = devs
+            .iter()
+            .map(|d| (d.index, d.listed_as, &d.path))
+            .collect();
+        assert_eq!(
+            order,
+            [(0, 1, &paths[0]), (1, 2, &paths[1]), (2, 0, &paths[2])]
+        );
+        drop(devs);
+
+        // A copy of a device (same superblock) in place of another.
+        let copy = _root.path().join("copy");
+        fs::create_dir(&copy).unwrap();
+        fs::create_dir(copy.join(META_DIR)).unwrap();
+        fs::copy(
+            paths[1].join(META_DIR).join(SUPERBLOCK),
+            copy.join(META_DIR).join(SUPERBLOCK),
+        )
+        .unwrap();
+        let e = open_devices(&[paths[0].clone(), paths[1].clone(), copy.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both say they are device 1"), "{e}");
+        assert!(e.contains(&copy.display().to_string()), "{e}");
 
         let short = vec![paths[0].clone(), paths[1].clone()];
         let e = open_devices(&short).unwrap_err().to_string();

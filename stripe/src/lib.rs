@@ -10,7 +10,9 @@ mod io;
 pub mod layout;
 mod volume;
 
-pub use device::{format, lock_path, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
+pub use device::{
+    first_device, format, lock_path, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION,
+};
 pub use emulate::{DeviceModel, Emulated, ModelState};
 pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};

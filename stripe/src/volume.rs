@@ -289,7 +289,7 @@ pub struct ObjectInfo {
 pub const DEFAULT_IO_THREADS: usize = 8;
 
 impl Volume {
-    /// Opens the devices in the order the config lists them; refuses a wrong set.
+    /// Opens the devices, in the volume's order whatever the order given; refuses a wrong set.
     pub fn open(paths: &[PathBuf]) -> Result<Volume> {
         let devices = open_devices(paths)?;
         let uuid = devices[0].superblock.volume_uuid;
@@ -451,6 +451,12 @@ impl Volume {
     }
 
     /// The model of each device, if emulated.
+    /// Each device's place in the list the volume was opened with (the config's `devices`),
+    /// in the volume's order.
+    pub fn listed_as(&self) -> Vec<usize> {
+        self.set.devices.iter().map(|d| d.listed_as).collect()
+    }
+
     pub fn models(&self) -> Vec<Option<&DeviceModel>> {
         self.emulated
             .iter()
