@@ -340,6 +340,10 @@ pub struct LayoutInfo {
     pub width: u32,
     pub first_device: u32,
     pub devices: Vec<PathBuf>,
+    /// The devices of the layout's slots by their index in the volume, slot 0 first.
+    pub device_indices: Vec<usize>,
+    /// Files: their size.
+    pub size: u64,
     /// Directories: whether the layout is set here or inherited.
     pub inherited: bool,
     pub objects: Vec<ObjectShare>,
@@ -1113,12 +1117,12 @@ impl Engine {
             (Kind::Dir, None) => (self.ns.inherited_layout(ino, self.volume_layout()), true),
             _ => return errno(libc::ENODATA),
         };
-        let devices = (0..layout.width)
-            .map(|s| {
-                self.volume
-                    .device_path(layout.device_of_slot(s, n))
-                    .to_path_buf()
-            })
+        let device_indices: Vec<usize> = (0..layout.width)
+            .map(|s| layout.device_of_slot(s, n))
+            .collect();
+        let devices = device_indices
+            .iter()
+            .map(|&d| self.volume.device_path(d).to_path_buf())
             .collect();
         let objects = if inode.kind == Kind::File {
             self.volume
@@ -1139,6 +1143,8 @@ impl Engine {
             width: layout.width,
             first_device: layout.first_device,
             devices,
+            device_indices,
+            size: inode.size,
             inherited,
             objects,
         })

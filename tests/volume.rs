@@ -647,3 +647,60 @@ fn the_config_may_list_the_devices_in_any_order() {
     v.umount();
     v.assert_fsck_clean("after a mount in another order");
 }
+
+/// `stripefs find --device` lists exactly the files with data on a device, by index or by
+/// directory, with the bytes each keeps there.
+#[test]
+fn find_lists_the_files_with_data_on_a_device() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    fs::create_dir(v.path("dir")).unwrap();
+    let pinned = |name: &str, device: u32| {
+        let p = v.path(name);
+        File::create(&p).unwrap();
+        setxattr(
+            &p,
+            "user.stripefs.layout",
+            format!("stripe_size=64K width=1 first_device={device}").as_bytes(),
+        )
+        .unwrap();
+        fs::write(&p, vec![1u8; 100_000]).unwrap();
+    };
+    pinned("on2", 2);
+    pinned("dir/on0", 0);
+    pinned("dir/also2", 2);
+    fs::write(v.path("dir/wide"), vec![2u8; 1 << 20]).unwrap();
+    File::create(v.path("empty")).unwrap();
+    let list = |device: &str| stripefs_ok(&["find", v.mnt_str(), "--device", device]);
+    let names = |out: String| -> Vec<String> {
+        out.lines()
+            .map(|l| l.trim_start_matches(v.mnt_str()).to_string())
+            .collect()
+    };
+    assert_eq!(names(list("2")), ["/dir/also2", "/dir/wide", "/on2"]);
+    assert_eq!(
+        names(list(&v.devices[0].display().to_string())),
+        ["/dir/on0", "/dir/wide"]
+    );
+    let json: serde_json::Value = serde_json::from_str(&stripefs_ok(&[
+        "find",
+        v.mnt_str(),
+        "--device",
+        "1",
+        "--json",
+    ]))
+    .unwrap();
+    let hits = json.as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{json}");
+    // 1 MiB in 64K stripes over 3 devices: 16 stripes, 5 or 6 on each.
+    let on1 = hits[0]["bytes_on_device"].as_u64().unwrap();
+    assert!(on1 == 5 << 16 || on1 == 6 << 16, "{json}");
+    assert_eq!(hits[0]["size"], 1 << 20);
+    let bad = stripefs(&["find", v.mnt_str(), "--device", "7"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no device 7"),
+        "{bad:?}"
+    );
+    v.umount();
+}

@@ -244,6 +244,23 @@ enum Command {
         #[arg(long)]
         max_mbps: Option<u64>,
     },
+    /// List the files that hold data on a device (as Lustre's lfs find --ost)
+    #[command(
+        after_help = "The device is its index or its directory, as `stripefs status` lists them. \
+        What a file keeps on a device follows from its layout and size, so a failed device can \
+        be asked: this is what it takes with it. --json adds each file's size and bytes on the \
+        device.\n\nExample:\n  stripefs find /mnt/vol --device 2"
+    )]
+    Find {
+        /// A directory on the mounted volume (its whole tree is searched)
+        path: PathBuf,
+        /// The device: its index or its directory
+        #[arg(long)]
+        device: String,
+        /// JSON: path, size and bytes on the device of each file
+        #[arg(long)]
+        json: bool,
+    },
     /// Show or change the cache's sequential cutoff, promotion and error threshold, live
     #[command(
         after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion,         promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream         seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose         bytes reach --seq-threshold passes through: always, or only when the cache is nearly         full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in         use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that         met a cache device error before the cache goes pass-through for good (0: never).         Settings not given stay; the config's come back at the next mount; changing them:         root or the user who mounted only.\n\n\
@@ -470,6 +487,7 @@ pub enum LayoutAction {
 mod bench;
 mod cache;
 mod cache_admin;
+mod find;
 mod layout;
 pub mod resolve;
 mod stats;
@@ -641,6 +659,7 @@ fn run(command: Command) -> Result<i32> {
             ];
             cache::settings(&mountpoint, "cleaner", &settings)
         }
+        Command::Find { path, device, json } => find::find(&path, &device, json),
         Command::Params {
             mountpoint,
             seq_cutoff,
