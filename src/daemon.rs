@@ -403,6 +403,7 @@ fn serve(
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let committer = {
         let engine = engine.clone();
+        let events = crate::events::Events::new(engine.config.mount.on_event.clone());
         std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || {
@@ -411,6 +412,7 @@ fn serve(
                 let mut last = Instant::now();
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(tick) {
                     engine.volume.check_devices();
+                    events.watch(&engine);
                     // `-o remount,ro` reaches the kernel, not us: write no access times then.
                     if let Some(m) = mountinfo::mount_at(&engine.mountpoint) {
                         engine.set_read_only(m.options.split(',').any(|o| o == "ro"));

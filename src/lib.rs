@@ -9,6 +9,7 @@ pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod fs;
 pub mod fsck;
 pub mod janitor;

@@ -283,3 +283,64 @@ fn a_device_gone_read_only_still_serves_reads() {
     ro.remount("rw");
     v.umount();
 }
+
+/// `[mount] on_event`: a device that fails runs the administrator's program once, as mdadm's
+/// `--program` does (`PROGRAM EVENT MOUNTPOINT DEVICE`, details in the environment); a
+/// program that is missing or not executable is refused at mount, naming file, line and key.
+#[test]
+fn a_failed_device_runs_the_on_event_program() {
+    let root = tempfile::tempdir().unwrap();
+    let heard = root.path().join("heard");
+    let program = root.path().join("on-event.sh");
+    fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\necho \"$1|$2|$3|$STRIPEFS_EVENT|$STRIPEFS_DEVICE_INDEX|$STRIPEFS_DETAIL\" >> {}\n",
+            heard.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |m| fs::set_permissions(&program, fs::Permissions::from_mode(m)).unwrap();
+    mode(0o755);
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        &format!("[mount]\non_event = \"{}\"\n", program.display()),
+    );
+    // Not executable: refused.
+    mode(0o644);
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mount.on_event") && err.contains("executable"),
+        "{err}"
+    );
+    mode(0o755);
+    v.mount();
+    fs::write(v.path("f"), vec![1u8; 1 << 20]).unwrap();
+    let gone = v.root.path().join("d1.gone");
+    fs::rename(&v.devices[1], &gone).unwrap();
+    let start = Instant::now();
+    while !heard.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the program never ran"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Told once, however long it stays failed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let text = fs::read_to_string(&heard).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let f: Vec<&str> = lines[0].split('|').collect();
+    assert_eq!(f[0], "device-failed");
+    assert_eq!(f[1], v.mnt_str());
+    assert_eq!(f[2], v.devices[1].display().to_string());
+    assert_eq!((f[3], f[4]), ("device-failed", "1"));
+    assert!(f[5].contains("is gone"), "{text}");
+    fs::rename(&gone, &v.devices[1]).unwrap();
+    v.umount();
+}

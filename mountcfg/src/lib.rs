@@ -243,6 +243,9 @@ pub struct MountSection {
     pub sync: bool,
     /// Every change to the tree (create, rename, unlink...) is durable when it returns.
     pub dirsync: bool,
+    /// A program run on events (a device failed, the cache gave up, write-back failing), as
+    /// `mdadm --monitor --program`: `PROGRAM EVENT MOUNTPOINT [DEVICE]`.
+    pub on_event: Option<PathBuf>,
 }
 
 impl MountSection {
@@ -298,6 +301,7 @@ impl Default for MountSection {
             nodiratime: false,
             sync: false,
             dirsync: false,
+            on_event: None,
         }
     }
 }
@@ -463,6 +467,7 @@ struct RawMount {
     commit_interval: Option<Spanned<String>>,
     fsname: Option<String>,
     log_size: Option<Spanned<SizeValue>>,
+    on_event: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -1002,6 +1007,27 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
             ));
         }
         m.log_size = n;
+    }
+    if let Some(p) = raw.on_event {
+        let span = p.span();
+        let path = PathBuf::from(p.into_inner());
+        let executable = std::fs::metadata(&path)
+            .map(|md| {
+                use std::os::unix::fs::PermissionsExt;
+                md.is_file() && md.permissions().mode() & 0o111 != 0
+            })
+            .unwrap_or(false);
+        if !path.is_absolute() || !executable {
+            return Err(ctx.err(
+                span,
+                "mount.on_event",
+                format!(
+                    "on_event = \"{}\": must be the absolute path of an executable program",
+                    path.display()
+                ),
+            ));
+        }
+        m.on_event = Some(path);
     }
     Ok(m)
 }

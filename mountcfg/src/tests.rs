@@ -406,6 +406,12 @@ fn bad_config_corpus() {
             "\"always\" or \"nhit\"",
         ),
         (
+            "[mount]\non_event = \"alert.sh\"\n",
+            4,
+            "mount.on_event",
+            "absolute path of an executable program",
+        ),
+        (
             "[cache]\nsize = \"4M\"\n[cache.promotion]\npolicy = \"nhit\"\nhits = 0\n",
             7,
             "cache.promotion.hits",
