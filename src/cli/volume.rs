@@ -357,6 +357,9 @@ fn print_devices(s: &serde_json::Value) {
             d["emulated"].as_str().unwrap_or("")
         );
     }
+    if let Some(c) = s["controller"].as_str() {
+        println!("\n  controller: {c}");
+    }
     for u in &usage {
         if let Some(reason) = u["reason"].as_str() {
             println!("\n  device {}: {reason}", u["index"]);

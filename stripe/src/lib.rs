@@ -11,7 +11,9 @@ pub mod layout;
 mod volume;
 
 pub use device::{format, lock_path, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
-pub use emulate::{DeviceModel, Emulated, ModelState};
+pub use emulate::{
+    CacheModel, Controller, ControllerModel, ControllerState, DeviceModel, Emulated, ModelState,
+};
 pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::IoBuf;
