@@ -5,12 +5,13 @@
 mod compare;
 mod presets;
 mod progress;
+mod raidcard;
 mod sweep;
 mod volume;
 
 pub use compare::compare;
 pub use presets::preset;
-pub use sweep::sweep;
+pub use sweep::{sweep, SweepArgs};
 
 use crate::error::{Error, Result};
 use bench::log::ResultLog;
@@ -90,6 +91,10 @@ pub enum BenchAction {
         /// disks show their own speed)
         #[arg(long, default_value = "direct")]
         device_io: String,
+        /// Put every device behind an emulated RAID card: none, lsi-9260-8i (its cache on)
+        /// or lsi-9260-8i:nocache; a list sweeps over them
+        #[arg(long, value_delimiter = ',', default_value = "none")]
+        controller: Vec<String>,
     },
     /// Measure directories side by side, interleaved, the first as the baseline: a backing
     /// directory, then stripefs mounts over it. Drives fio (libaio) when it is installed, as
@@ -343,6 +348,11 @@ fn describe_target(dir: &Path) -> Target {
                 ))
             })
             .collect();
+        if let Some(c) = status["controller"].as_str() {
+            target.emulated.push(format!("controller: {c}"));
+            target.controller_cache =
+                Some(if c.contains("cache off") { "off" } else { "on" }.into());
+        }
         target.label = format!(
             "{} (stripefs, {} devices, {}, io engine {})",
             dir.display(),

@@ -2,21 +2,20 @@
 
 use super::sweep::run_sweep;
 use super::volume::{CacheSetup, Config};
-use super::{plan, plan_with, BenchOpts};
+use super::{plan, BenchOpts};
 use crate::error::{Error, Result};
 use bench::Target;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The seeds' RAM-disk RAID-0 experiment: tmpfs devices on emulated 175/146 MB/s SATA ports,
-/// 4 and 8 of them, stripes 8K/64K/256K, test files of 100 MB and 1000 MB.
+/// A seed experiment reproduced on emulated hardware.
 pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
     // Refused before a RAM disk is mounted or anything measured.
     if let Some(chart) = &opts.chart {
         bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
     }
     match name {
-        "raidcard" => raidcard(opts, dir),
+        "raidcard" => super::raidcard::raidcard(opts, dir),
         "cas" => cas(opts, dir),
         _ => Err(Error::Usage(format!(
             "unknown preset \"{name}\": cas or raidcard"
@@ -61,6 +60,7 @@ pub(super) fn cas(opts: &BenchOpts, dir: &Path) -> Result<()> {
             width: 1,
             emulate: Some("hdd-5400".into()),
             direct_device_io: false,
+            controller: None,
             cache: cache_device.map(|d| CacheSetup {
                 mode: "wb".into(),
                 dir: Some(ssd.clone()),
@@ -117,71 +117,13 @@ pub(super) fn cas(opts: &BenchOpts, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
-    let ram = RamDisk::mount(dir, "6G")?;
-    let devices: Vec<PathBuf> = (0..8).map(|i| ram.dir.join(format!("port{i}"))).collect();
-    for d in &devices {
-        std::fs::create_dir_all(d).map_err(|e| Error::Usage(format!("{}: {e}", d.display())))?;
-    }
-    eprintln!(
-        "raidcard preset: RAM disks under {} on emulated SATA ports ({}); cache off, and on \
-         (a RAM write-back cache)",
-        ram.dir.display(),
-        stripe::DeviceModel::profile("sata-port")
-            .map(|m| m.describe())
-            .unwrap_or_default()
-    );
-    let sizes: Vec<String> = match &opts.size {
-        Some(s) => vec![s.clone()],
-        None => vec!["100M".into(), "1000M".into()],
-    };
-    let mut log = None;
-    for size in sizes {
-        let mut sized = opts.clone();
-        sized.size = Some(size.clone());
-        // One CSV for both sizes: the size is part of each row's key.
-        let plan = plan_with(&sized, log.take())?;
-        log = plan.log.clone();
-        let ram_wb = CacheSetup {
-            mode: "wb".into(),
-            dir: None,
-            size: None,
-            emulate: None,
-        };
-        let mut configs = Vec::new();
-        for cache in [None, Some(ram_wb)] {
-            for n in [4usize, 8] {
-                for stripe in [8192u32, 65536, 262144] {
-                    configs.push(Config {
-                        devices: devices[..n].to_vec(),
-                        stripe,
-                        width: n as u32,
-                        emulate: Some("sata-port".into()),
-                        cache: cache.clone(),
-                        direct_device_io: false,
-                    });
-                }
-            }
-        }
-        println!("\n##### raidcard, test size {size}");
-        run_sweep(
-            &plan,
-            &devices[0],
-            &configs,
-            Path::new(&format!("stripefs-raidcard-{size}.svg")),
-        )?;
-    }
-    Ok(())
-}
-
 /// A tmpfs mounted for a preset; unmounted when dropped.
 pub(super) struct RamDisk {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
 }
 
 impl RamDisk {
-    fn mount(dir: &Path, size: &str) -> Result<RamDisk> {
+    pub(super) fn mount(dir: &Path, size: &str) -> Result<RamDisk> {
         let ok = Command::new("mount")
             .args([
                 "-t",

@@ -1,6 +1,6 @@
 //! `stripefs bench sweep`: a fresh volume per configuration, after a baseline.
 
-use super::volume::{CacheSetup, Config, SweepVolume};
+use super::volume::{CacheSetup, Config, ControllerSetup, SweepVolume};
 use super::{from_status, plan, BenchOpts, Ctx, Plan};
 use crate::error::{Error, Result};
 use bench::{Report, Target};
@@ -52,6 +52,9 @@ pub(super) fn config_target(c: &Config) -> Target {
     {
         emulated.push(format!("cache device: {}", m.describe()));
     }
+    if let Some(m) = c.controller.as_ref().and_then(ControllerSetup::model) {
+        emulated.push(format!("controller (all devices): {}", m.describe()));
+    }
     Target {
         label: format!(
             "{} devices, stripe {}, width {}, cache {cache}{}",
@@ -62,11 +65,16 @@ pub(super) fn config_target(c: &Config) -> Target {
                 .as_ref()
                 .map(|e| format!(", emulated {e}"))
                 .unwrap_or_default()
-        ),
+        ) + &c
+            .controller
+            .as_ref()
+            .map(|k| format!(", controller {} cache {}", k.profile, k.cache_label()))
+            .unwrap_or_default(),
         devices: Some(c.devices.len()),
         stripe_size: Some(c.stripe),
         width: Some(c.width),
         cache: Some(cache),
+        controller_cache: c.controller.as_ref().map(|k| k.cache_label().into()),
         emulated,
         device_io: Some(
             if c.direct_device_io {
@@ -174,17 +182,29 @@ pub(super) fn run_sweep(
     Ok(report)
 }
 
-pub fn sweep(
-    opts: &BenchOpts,
-    devices: &[PathBuf],
-    stripe_sizes: &[String],
-    widths: &[u32],
-    cache: &[String],
-    emulate: Option<String>,
-    device_io: &str,
-) -> Result<()> {
+/// What `bench sweep` was asked to sweep over.
+pub struct SweepArgs {
+    pub devices: Vec<PathBuf>,
+    pub stripe_sizes: Vec<String>,
+    pub widths: Vec<u32>,
+    pub cache: Vec<String>,
+    pub emulate: Option<String>,
+    pub device_io: String,
+    pub controller: Vec<String>,
+}
+
+pub fn sweep(opts: &BenchOpts, args: &SweepArgs) -> Result<()> {
+    let SweepArgs {
+        devices,
+        stripe_sizes,
+        widths,
+        cache,
+        emulate,
+        device_io,
+        controller,
+    } = args;
     let plan = plan(opts)?;
-    let direct_device_io = match device_io {
+    let direct_device_io = match device_io.as_str() {
         "buffered" => false,
         "direct" => true,
         other => {
@@ -197,7 +217,11 @@ pub fn sweep(
         .iter()
         .map(|c| CacheSetup::parse(c))
         .collect::<Result<_>>()?;
-    check_emulate(&emulate)?;
+    let controllers: Vec<Option<ControllerSetup>> = controller
+        .iter()
+        .map(|c| ControllerSetup::parse(c))
+        .collect::<Result<_>>()?;
+    check_emulate(emulate)?;
     for d in devices {
         if !d.is_dir() {
             return Err(Error::Usage(format!(
@@ -213,16 +237,19 @@ pub fn sweep(
             eprintln!("width {w} skipped: {} devices given", devices.len());
             continue;
         }
-        for cache in &caches {
-            for &s in &stripes {
-                configs.push(Config {
-                    devices: devices[..w as usize].to_vec(),
-                    stripe: s,
-                    width: w,
-                    emulate: emulate.clone(),
-                    cache: cache.clone(),
-                    direct_device_io,
-                });
+        for controller in &controllers {
+            for cache in &caches {
+                for &s in &stripes {
+                    configs.push(Config {
+                        devices: devices[..w as usize].to_vec(),
+                        stripe: s,
+                        width: w,
+                        emulate: emulate.clone(),
+                        cache: cache.clone(),
+                        direct_device_io,
+                        controller: controller.clone(),
+                    });
+                }
             }
         }
     }

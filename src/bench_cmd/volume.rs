@@ -45,6 +45,12 @@ impl SweepVolume {
                 "[[volume.emulate]]\ndevice = \"all\"\nprofile = \"{profile}\"\n"
             ));
         }
+        if let Some(card) = &c.controller {
+            text.push_str(&format!(
+                "[volume.controller]\ndevice = \"all\"\nprofile = \"{}\"\ncache = {}\n",
+                card.profile, card.cache
+            ));
+        }
         if let Some(cache) = &c.cache {
             let size = cache.size.unwrap_or(2 * test_size).max(1 << 20);
             text.push_str(&format!(
@@ -129,6 +135,61 @@ pub(super) struct Config {
     pub(super) emulate: Option<String>,
     pub(super) cache: Option<CacheSetup>,
     pub(super) direct_device_io: bool,
+    /// The emulated RAID card every device is behind.
+    pub(super) controller: Option<ControllerSetup>,
+}
+
+/// An emulated RAID card for a sweep configuration: `lsi-9260-8i` (its cache on) or
+/// `lsi-9260-8i:nocache`.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct ControllerSetup {
+    pub(super) profile: String,
+    pub(super) cache: bool,
+}
+
+impl ControllerSetup {
+    pub(super) fn parse(spec: &str) -> Result<Option<ControllerSetup>> {
+        if spec == "none" {
+            return Ok(None);
+        }
+        let (profile, cache) = match spec.split_once(':') {
+            None => (spec, true),
+            Some((p, "nocache")) => (p, false),
+            Some((p, "cache")) => (p, true),
+            Some(_) => {
+                return Err(Error::Usage(format!(
+                    "--controller {spec}: none, PROFILE, PROFILE:cache or PROFILE:nocache"
+                )))
+            }
+        };
+        if stripe::ControllerModel::profile(profile).is_none() {
+            return Err(Error::Usage(format!(
+                "--controller {spec}: the profile must be one of {}",
+                stripe::ControllerModel::profile_names().join(", ")
+            )));
+        }
+        Ok(Some(ControllerSetup {
+            profile: profile.into(),
+            cache,
+        }))
+    }
+
+    /// The card's model as the volume will have it.
+    pub(super) fn model(&self) -> Option<stripe::ControllerModel> {
+        let mut m = stripe::ControllerModel::profile(&self.profile)?;
+        if !self.cache {
+            m.cache = None;
+        }
+        Some(m)
+    }
+
+    pub(super) fn cache_label(&self) -> &'static str {
+        if self.cache {
+            "on"
+        } else {
+            "off"
+        }
+    }
 }
 
 /// A cache for a sweep configuration: `ram:wb`, `file:wb:/ssd`, with an optional size.

@@ -57,7 +57,7 @@ impl ControllerModel {
                 cache: Some(CacheModel {
                     size: 512 << 20,
                     bps: 6400e6,
-                    command_cost: Duration::from_micros(5),
+                    command_cost: Duration::from_micros(4),
                     read_ahead: true,
                 }),
             }),
