@@ -81,6 +81,11 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
     }
     let svg = fs::read_to_string(&chart).unwrap();
     assert!(svg.contains("<svg") && svg.contains("RND4K Q2T1"), "chart");
+    let heat = fs::read_to_string(root.path().join("sweep-heatmap.svg")).unwrap();
+    assert!(
+        heat.contains("stripe size") && heat.contains("devices"),
+        "heat map"
+    );
     assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 1 + 2 + 8);
     // Each configuration was unmounted and its devices cleaned up.
     let mounts = fs::read_to_string("/proc/mounts").unwrap();

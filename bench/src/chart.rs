@@ -17,7 +17,7 @@ const FONTS: &[&str] = &[
 static FONT: Once = Once::new();
 
 /// Text needs a TrueType font for its metrics; DejaVu (Debian: fonts-dejavu-core) is looked for.
-fn register_font() -> Result<(), String> {
+pub(crate) fn register_font() -> Result<(), String> {
     let mut found = false;
     FONT.call_once(|| {
         for path in FONTS {
@@ -98,7 +98,7 @@ fn panel_list(report: &Report) -> Vec<(String, String)> {
     out
 }
 
-fn stripe_label(bytes: u32) -> String {
+pub(crate) fn stripe_label(bytes: u32) -> String {
     if bytes >= 1024 {
         format!("{}K", bytes / 1024)
     } else {

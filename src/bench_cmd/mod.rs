@@ -316,6 +316,15 @@ impl Plan {
             bench::chart::write(report, chart)
                 .map_err(|e| Error::Usage(format!("chart {}: {e}", chart.display())))?;
             eprintln!("chart written to {}", chart.display());
+            if default_chart.is_some() && bench::heatmap::fits(report) {
+                let map = bench::heatmap::path_beside(chart);
+                bench::heatmap::write(report, &map)
+                    .map_err(|e| Error::Usage(format!("heat map {}: {e}", map.display())))?;
+                eprintln!(
+                    "heat map (stripe size x devices) written to {}",
+                    map.display()
+                );
+            }
         }
         Ok(())
     }
