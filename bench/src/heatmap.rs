@@ -56,6 +56,71 @@ fn panels(report: &Report) -> Vec<PanelKey> {
     out
 }
 
+/// Where more devices stop helping: per test, direction and setting, the gain of the widest
+/// volume over one device at each stripe size, and the largest stripe size at which that
+/// gain is under 10 % (below it, FUSE's per-request cost, not the devices, sets the pace).
+pub fn crossover(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut stripes: Vec<u32> = report
+        .targets
+        .iter()
+        .filter_map(|t| t.stripe_size)
+        .collect();
+    stripes.sort();
+    stripes.dedup();
+    let mut devices: Vec<usize> = report.targets.iter().filter_map(|t| t.devices).collect();
+    devices.sort();
+    devices.dedup();
+    let (Some(&one), Some(&most)) = (devices.first(), devices.last()) else {
+        return String::new();
+    };
+    if one == most {
+        return String::new();
+    }
+    let mut s = format!(
+        "\nwhere more devices stop helping: MB/s of {most} devices / {one} device(s), by stripe size\n{:<15} {:<5} {:<28}",
+        "test", "", "setting"
+    );
+    for &st in &stripes {
+        let _ = write!(s, " {:>6}", stripe_label(st));
+    }
+    let _ = writeln!(s, "  no gain (<1.10x) up to");
+    for (test, direction, set) in panels(report) {
+        let mb = |d: usize, st: u32| {
+            report
+                .targets
+                .iter()
+                .find(|t| t.devices == Some(d) && t.stripe_size == Some(st) && setting(t) == set)?
+                .results
+                .iter()
+                .find(|r| r.test == test && r.direction == direction)
+                .map(|r| r.median.mb_per_s)
+        };
+        let _ = write!(s, "{test:<15} {direction:<5} {set:<28}");
+        let mut flat = None;
+        for &st in &stripes {
+            match (mb(most, st), mb(one, st)) {
+                (Some(w), Some(n)) if n > 0.0 => {
+                    let gain = w / n;
+                    if gain < 1.10 {
+                        flat = Some(st);
+                    }
+                    let _ = write!(s, " {:>5.2}x", gain);
+                }
+                _ => {
+                    let _ = write!(s, " {:>6}", "-");
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  {}",
+            flat.map_or("none: more devices help at every size".into(), stripe_label)
+        );
+    }
+    s
+}
+
 /// Writes the heat map as SVG or PNG, as the path's extension says.
 pub fn write(report: &Report, path: &Path) -> Result<(), String> {
     let png = format_of(path)? == "png";
@@ -243,6 +308,13 @@ mod tests {
         let png = path_beside(&dir.path().join("sweep.png"));
         write(&report, &png).unwrap();
         assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
+        // 8 devices over 4: no gain at 8K, 45 % at 64K.
+        let summary = crossover(&report);
+        assert!(
+            summary.contains("1.03x") && summary.contains("1.45x"),
+            "{summary}"
+        );
+        assert!(summary.trim_end().ends_with("8K"), "{summary}");
         // One configuration is no sweep.
         let one = Report {
             targets: vec![target(8192, 4, 1.0)],

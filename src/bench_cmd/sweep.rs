@@ -179,6 +179,9 @@ pub(super) fn run_sweep(
     }
     let report = result?;
     plan.output(&report, Some(chart))?;
+    if !plan.opts.json && bench::heatmap::fits(&report) {
+        print!("{}", bench::heatmap::crossover(&report));
+    }
     Ok(report)
 }
 
