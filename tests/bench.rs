@@ -121,6 +121,42 @@ fn bench_of_an_emulated_volume_says_emulated() {
 }
 
 #[test]
+fn a_volume_behind_an_emulated_card_says_so_in_status_and_bench() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[[volume.emulate]]\ndevice = \"all\"\nprofile = \"sata-port\"\n\
+         [volume.controller]\ndevice = \"all\"\nprofile = \"lsi-9260-8i\"\ncache = false\n",
+    );
+    v.mount();
+    let status = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(
+        status.contains("controller: lsi-9260-8i (emulated controller")
+            && status.contains("cache off"),
+        "{status}"
+    );
+    // Data goes through the card and comes back whole.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(v.path("f"), &data).unwrap();
+    assert_eq!(fs::read(v.path("f")).unwrap(), data);
+    let out = stripefs_ok(&[
+        "bench",
+        v.mnt_str(),
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--profile",
+        "custom:rw=read,bs=1M,qd=2",
+    ]);
+    assert!(
+        out.contains("controller: lsi-9260-8i (emulated controller"),
+        "{out}"
+    );
+    assert!(out.contains("EMULATED"), "{out}");
+}
+
+#[test]
 fn bench_refuses_bad_arguments() {
     for (args, says) in [
         (

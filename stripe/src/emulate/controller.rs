@@ -349,6 +349,8 @@ impl ControllerState {
 /// A controller model applied to real devices, on the wall clock.
 pub struct Controller {
     pub model: ControllerModel,
+    /// Which volume devices are behind it (read without the lock, on every I/O).
+    served: Vec<bool>,
     state: Mutex<ControllerState>,
     epoch: Instant,
 }
@@ -356,6 +358,7 @@ pub struct Controller {
 impl Controller {
     pub fn new(model: ControllerModel, devices: Vec<Option<Option<DeviceModel>>>) -> Controller {
         Controller {
+            served: devices.iter().map(Option::is_some).collect(),
             state: Mutex::new(ControllerState::new(&model, devices)),
             model,
             epoch: Instant::now(),
@@ -367,7 +370,7 @@ impl Controller {
     }
 
     pub fn serves(&self, device: usize) -> bool {
-        self.state().serves(device)
+        self.served.get(device).copied().unwrap_or(false)
     }
 
     /// Books one device's share of a request (commands of `lens` bytes from `offset`) and
