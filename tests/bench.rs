@@ -773,6 +773,7 @@ fn the_raidcard_preset_writes_the_grid_with_its_columns_marked_emulated() {
         "{stdout}"
     );
     assert!(stdout.contains("8 ports / 4 ports at 64K"), "{stdout}");
+    assert_eq!(stdout.matches("  model alone").count(), 2, "{stdout}");
     assert!(stdout.contains("emulated controller"), "{stdout}");
     assert!(chart.exists());
 }

@@ -28,6 +28,53 @@ struct Panel {
     size: String,
     card_cache: bool,
     report: Report,
+    /// The model's own MB/s for each sequential test (no FUSE): (test, direction, per
+    /// ports × stripe cell).
+    model: Vec<(String, String, Vec<f64>)>,
+}
+
+/// The card and ports alone on the virtual clock, for each sequential test of the profile.
+fn model_rows(
+    plan: &super::Plan,
+    card: &ControllerSetup,
+    card_cache: bool,
+) -> Vec<(String, String, Vec<f64>)> {
+    let (Some(mut model), Some(port)) = (card.model(), stripe::DeviceModel::profile("sata-port"))
+    else {
+        return Vec::new();
+    };
+    if !card_cache {
+        model.cache = None;
+    }
+    let mut rows = Vec::new();
+    for job in plan
+        .jobs
+        .iter()
+        .filter(|j| j.pattern == bench::profile::Pattern::Seq)
+    {
+        for read in job.directions() {
+            let cells = PORTS
+                .iter()
+                .flat_map(|&n| STRIPES.iter().map(move |&st| (n, st)))
+                .map(|(n, st)| {
+                    stripe::predict_sequential(
+                        &model,
+                        &port,
+                        n,
+                        st,
+                        !read,
+                        job.queue_depth * job.threads,
+                        job.block_size as u64,
+                        plan.spec.size,
+                        plan.spec.duration,
+                    )
+                })
+                .collect();
+            let dir = if read { "read" } else { "write" };
+            rows.push((job.name(), dir.to_string(), cells));
+        }
+    }
+    rows
 }
 
 pub(super) fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
@@ -100,6 +147,7 @@ pub(super) fn raidcard(opts: &BenchOpts, dir: &Path) -> Result<()> {
                 size: size.clone(),
                 card_cache,
                 report: part,
+                model: model_rows(&plan, &card, card_cache),
             });
         }
     }
@@ -185,7 +233,18 @@ fn panel(p: &Panel) -> String {
             let _ = write!(s, " {:>11}", seed(&test, &dir, n).unwrap_or("-"));
         }
         s.push('\n');
+        if let Some((_, _, cells)) = p.model.iter().find(|m| m.0 == test && m.1 == dir) {
+            let _ = write!(s, "{:<15} {:<5}", "  model alone", "");
+            for (k, v) in cells.iter().enumerate() {
+                let _ = write!(s, " {v:>9.1}");
+                if k % STRIPES.len() == STRIPES.len() - 1 {
+                    let _ = write!(s, " {:>11}", "");
+                }
+            }
+            s.push('\n');
+        }
     }
+    s.push_str("(model alone: the emulated card and ports on their virtual clock, without FUSE)\n");
     s
 }
 
@@ -201,6 +260,17 @@ fn shape(panels: &[Panel]) -> String {
     let at = |p: &Panel, n: usize, st: u32, test: &(String, String)| {
         target(&p.report, n, st).and_then(|t| mb(t, &test.0, &test.1))
     };
+    // The model alone's MB/s for a cell, and the same ratio from it.
+    let cell = |p: &Panel, test: &(String, String), (n, st): (usize, u32)| {
+        let (_, _, cells) = p.model.iter().find(|m| m.0 == test.0 && m.1 == test.1)?;
+        let i = PORTS.iter().position(|&x| x == n)? * STRIPES.len()
+            + STRIPES.iter().position(|&x| x == st)?;
+        cells.get(i).copied()
+    };
+    let model = |p: &Panel, test: &(String, String), a: (usize, u32), b: (usize, u32)| {
+        let ratio = cell(p, test, a)? / cell(p, test, b)?.max(f64::MIN_POSITIVE);
+        Some(format!("; model alone {ratio:.2}"))
+    };
     let mut said = false;
     for p in panels {
         let Some(test) = seq_read(p) else { continue };
@@ -214,8 +284,9 @@ fn shape(panels: &[Panel]) -> String {
             if let (Some(four), Some(eight)) = (at(p, 4, 65536, &test), at(p, 8, 65536, &test)) {
                 let _ = writeln!(
                     s,
-                    "  {name}: 8 ports / 4 ports at 64K = {:.2} (want < 1.6; seed < 1.52)",
-                    eight / four.max(f64::MIN_POSITIVE)
+                    "  {name}: 8 ports / 4 ports at 64K = {:.2} (want < 1.6; seed < 1.52{})",
+                    eight / four.max(f64::MIN_POSITIVE),
+                    model(p, &test, (8, 65536), (4, 65536)).unwrap_or_default()
                 );
                 said = true;
             }
@@ -225,8 +296,9 @@ fn shape(panels: &[Panel]) -> String {
                     let _ = writeln!(
                         s,
                         "  {name}, {n} ports: 8K / 64K = {:.2} (want <= 0.7: the cache collapses \
-                         at small stripes)",
-                        small / mid.max(f64::MIN_POSITIVE)
+                         at small stripes{})",
+                        small / mid.max(f64::MIN_POSITIVE),
+                        model(p, &test, (n, 8192), (n, 65536)).unwrap_or_default()
                     );
                     said = true;
                 }
@@ -239,10 +311,17 @@ fn shape(panels: &[Panel]) -> String {
                 .collect();
             let best = row.iter().cloned().fold(0.0, f64::max);
             if let (Some(mid), true) = (at(p, n, 65536, &test), best > 0.0) {
+                let v = |st| cell(p, &test, (n, st)).unwrap_or(0.0);
+                let best_model = STRIPES
+                    .iter()
+                    .copied()
+                    .max_by(|&a, &b| v(a).total_cmp(&v(b)))
+                    .unwrap_or(65536);
                 let _ = writeln!(
                     s,
-                    "  {name}, {n} ports: 64K / best stripe = {:.2} (want >= 0.9)",
-                    mid / best
+                    "  {name}, {n} ports: 64K / best stripe = {:.2} (want >= 0.9{})",
+                    mid / best,
+                    model(p, &test, (n, 65536), (n, best_model)).unwrap_or_default()
                 );
                 said = true;
             }

@@ -12,7 +12,8 @@ mod volume;
 
 pub use device::{format, lock_path, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION};
 pub use emulate::{
-    CacheModel, Controller, ControllerModel, ControllerState, DeviceModel, Emulated, ModelState,
+    predict_sequential, CacheModel, Controller, ControllerModel, ControllerState, DeviceModel,
+    Emulated, ModelState,
 };
 pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};

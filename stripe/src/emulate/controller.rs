@@ -346,6 +346,56 @@ impl ControllerState {
     }
 }
 
+/// What a sequential test gets from the card and its devices alone (no FUSE, no host), on the
+/// virtual clock: the file of `file` bytes striped over `ports` devices in `stripe` units is
+/// laid out first (written whole, then a quiet second), then `qd` requests of `req` bytes are
+/// kept in flight, wrapping over the file, for `duration`. MB/s (10^6 bytes).
+#[allow(clippy::too_many_arguments)]
+pub fn predict_sequential(
+    card: &ControllerModel,
+    device: &DeviceModel,
+    ports: usize,
+    stripe: u32,
+    write: bool,
+    qd: usize,
+    req: u64,
+    file: u64,
+    duration: Duration,
+) -> f64 {
+    let mut s = ControllerState::new(card, vec![Some(Some(device.clone())); ports]);
+    let layout = crate::layout::Layout::new(stripe, ports as u32, 0);
+    let req = req.clamp(1, file.max(1));
+    let requests = file / req;
+    let run = |s: &mut ControllerState, write: bool, start: Duration, until: Option<Duration>| {
+        let mut queue = vec![start; qd.max(1)];
+        let (mut end, mut bytes, mut k) = (start, 0u64, 0u64);
+        loop {
+            let i = (0..queue.len()).min_by_key(|&i| queue[i]).expect("a slot");
+            let now = queue[i];
+            match until {
+                Some(u) if now >= u => break,
+                None if k == requests => break,
+                _ => {}
+            }
+            let mut done = now;
+            for io in layout.plan((k % requests.max(1)) * req, req as usize) {
+                let lens: Vec<u64> = io.segments.iter().map(|x| x.1 as u64).collect();
+                let d = s.schedule(card, now, io.slot as usize, write, 1, io.obj_offset, &lens);
+                done = done.max(d);
+            }
+            queue[i] = done;
+            end = end.max(done);
+            bytes += req;
+            k += 1;
+        }
+        (end, bytes)
+    };
+    let (laid, _) = run(&mut s, true, Duration::ZERO, None);
+    let start = laid + Duration::from_secs(1);
+    let (end, bytes) = run(&mut s, write, start, Some(start + duration));
+    bytes as f64 / (end - start).as_secs_f64().max(1e-9) / 1e6
+}
+
 /// A controller model applied to real devices, on the wall clock.
 pub struct Controller {
     pub model: ControllerModel,

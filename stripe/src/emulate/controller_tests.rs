@@ -211,3 +211,43 @@ fn every_controller_profile_resolves_and_describes_itself() {
     }
     assert!(ControllerModel::profile("floppy-card").is_none());
 }
+
+#[test]
+fn the_prediction_of_a_timed_test_follows_the_card_and_the_ports() {
+    let d = Duration::from_secs(2);
+    let p = |cache: bool, ports: usize, stripe: u32, write: bool, file: u64| {
+        predict_sequential(
+            &card(cache),
+            &port(),
+            ports,
+            stripe,
+            write,
+            8,
+            1 << 20,
+            file,
+            d,
+        )
+    };
+    // Without the cache: 4 ports are the ports' speed, 8 the card's.
+    let four = p(false, 4, 65536, false, 100 * MB);
+    assert!((four - 4.0 * 175.8).abs() < 0.05 * 4.0 * 175.8, "{four}");
+    assert!(p(false, 8, 65536, false, 100 * MB) < 1.6 * four);
+    // With it, a file that fits reads from the cache, faster than the ports.
+    assert!(p(true, 4, 65536, false, 100 * MB) > 1.2 * four);
+    // A 512 MB cache absorbs the first ~1.4 GB of a 1000 MB file's rewrites (the lines it
+    // evicts were destaged meanwhile): a short test measures it, a long one the ports.
+    let short = p(true, 4, 65536, true, 1000 * MB);
+    assert!(short > 1.3 * 4.0 * 146.6, "{short}");
+    let long = predict_sequential(
+        &card(true),
+        &port(),
+        4,
+        65536,
+        true,
+        8,
+        1 << 20,
+        1000 * MB,
+        Duration::from_secs(20),
+    );
+    assert!(long < 1.1 * 4.0 * 146.6, "{long}");
+}

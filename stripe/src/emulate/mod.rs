@@ -6,7 +6,9 @@
 mod controller;
 mod device;
 
-pub use controller::{CacheModel, Controller, ControllerModel, ControllerState};
+pub use controller::{
+    predict_sequential, CacheModel, Controller, ControllerModel, ControllerState,
+};
 pub use device::{DeviceModel, ModelState};
 
 use std::sync::Mutex;
