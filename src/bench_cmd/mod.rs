@@ -112,7 +112,7 @@ pub enum BenchAction {
         no_fio: bool,
     },
     /// Reproduce a seed experiment: cas (an emulated HDD behind an emulated SATA SSD or NVMe
-    /// cache) or raidcard (RAM disks on emulated SATA ports)
+    /// cache) or raidcard (RAM disks on emulated SATA ports behind an emulated LSI 9260-8i)
     #[command(after_help = "Example:\n  stripefs bench preset cas")]
     Preset {
         name: String,
