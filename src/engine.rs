@@ -171,6 +171,8 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
             write_bps: 0.0,
             access: std::time::Duration::ZERO,
             queue: 1,
+            read_iops: None,
+            write_iops: None,
         },
         name => stripe::DeviceModel::profile(name)
             .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?,
@@ -186,6 +188,68 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
     }
     if let Some(q) = e.queue {
         m.queue = q;
+    }
+    if e.read_iops.is_some() {
+        m.read_iops = e.read_iops;
+    }
+    if e.write_iops.is_some() {
+        m.write_iops = e.write_iops;
+    }
+    Ok(m)
+}
+
+/// The RAID card a `[volume.controller]` asks for: its profile, with the section's overrides.
+pub fn controller_model(c: &mountcfg::ControllerSection) -> Result<stripe::ControllerModel> {
+    let mut m = match c.profile.as_str() {
+        "custom" => stripe::ControllerModel {
+            name: "custom".into(),
+            link_bps: 0.0,
+            command_cost: std::time::Duration::ZERO,
+            processor_bps: 0.0,
+            max_commands: 128,
+            cache: None,
+        },
+        name => stripe::ControllerModel::profile(name)
+            .ok_or_else(|| Error::Usage(format!("no controller profile \"{name}\"")))?,
+    };
+    let mbps = |v: f64| v * 1e6;
+    if let Some(v) = c.link_mbps {
+        m.link_bps = mbps(v);
+    }
+    if let Some(v) = c.command_cost {
+        m.command_cost = v;
+    }
+    if let Some(v) = c.processor_mbps {
+        m.processor_bps = mbps(v);
+    }
+    if let Some(v) = c.max_commands {
+        m.max_commands = v;
+    }
+    match c.cache {
+        Some(false) => m.cache = None,
+        Some(true) if m.cache.is_none() => {
+            m.cache = Some(stripe::CacheModel {
+                size: 0,
+                bps: 0.0,
+                command_cost: std::time::Duration::ZERO,
+                read_ahead: true,
+            })
+        }
+        _ => {}
+    }
+    if let Some(cache) = m.cache.as_mut() {
+        if let Some(v) = c.cache_size {
+            cache.size = v;
+        }
+        if let Some(v) = c.cache_mbps {
+            cache.bps = mbps(v);
+        }
+        if let Some(v) = c.cache_command_cost {
+            cache.command_cost = v;
+        }
+        if let Some(v) = c.read_ahead {
+            cache.read_ahead = v;
+        }
     }
     Ok(m)
 }
@@ -289,6 +353,8 @@ pub struct Status {
     pub options: Options,
     /// The cache in front of the devices, if any.
     pub cache: Option<CacheSummary>,
+    /// The emulated RAID card the devices are behind, if any.
+    pub controller: Option<String>,
     pub uptime_secs: u64,
 }
 
@@ -363,6 +429,9 @@ impl Engine {
             for &d in &e.devices {
                 volume.emulate(d, model.clone());
             }
+        }
+        if let Some(c) = &config.volume.controller {
+            volume.attach_controller(controller_model(c)?, &c.devices);
         }
         volume.set_direct_io(config.volume.direct_device_io);
         let engine = volume.start_engine(io_engine_choice(&config)?, config.mount.io_threads)?;
@@ -1244,6 +1313,7 @@ impl Engine {
                         targets: c.targets(&self.ns).len(),
                     },
                 }),
+            controller: self.volume.controller().map(|c| c.describe()),
             uptime_secs: self.started.elapsed().as_secs(),
         })
     }
@@ -1267,8 +1337,38 @@ mod tests {
                 write_mbps: Some(1.0),
                 access: Some(std::time::Duration::from_millis(1)),
                 queue: None,
+                read_iops: None,
+                write_iops: None,
             };
             assert!(super::device_model(&e).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_controller_profile_has_a_model_and_overrides_apply() {
+        for name in mountcfg::CONTROLLER_PROFILES {
+            let c = mountcfg::ControllerSection {
+                devices: vec![0],
+                profile: name.to_string(),
+                link_mbps: Some(500.0),
+                command_cost: Some(std::time::Duration::from_micros(7)),
+                processor_mbps: Some(800.0),
+                max_commands: None,
+                cache: Some(true),
+                cache_size: Some(1 << 20),
+                cache_mbps: Some(2000.0),
+                cache_command_cost: None,
+                read_ahead: Some(false),
+            };
+            let m = super::controller_model(&c).unwrap();
+            assert_eq!(m.link_bps, 500e6, "{name}");
+            let cache = m.cache.unwrap();
+            assert_eq!((cache.size, cache.read_ahead), (1 << 20, false), "{name}");
+            let off = mountcfg::ControllerSection {
+                cache: Some(false),
+                ..c
+            };
+            assert!(super::controller_model(&off).unwrap().cache.is_none());
         }
     }
 }

@@ -81,6 +81,11 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
     }
     let svg = fs::read_to_string(&chart).unwrap();
     assert!(svg.contains("<svg") && svg.contains("RND4K Q2T1"), "chart");
+    let heat = fs::read_to_string(root.path().join("sweep-heatmap.svg")).unwrap();
+    assert!(
+        heat.contains("stripe size") && heat.contains("devices"),
+        "heat map"
+    );
     assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 1 + 2 + 8);
     // Each configuration was unmounted and its devices cleaned up.
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
@@ -113,6 +118,42 @@ fn bench_of_an_emulated_volume_says_emulated() {
     assert!(out.contains("EMULATED"), "{out}");
     assert!(out.contains("RND4K Q4T1"), "{out}");
     assert!(!v.path("stripefs-bench.dat").exists());
+}
+
+#[test]
+fn a_volume_behind_an_emulated_card_says_so_in_status_and_bench() {
+    let mut v = TestVolume::new(
+        2,
+        "64K",
+        "[[volume.emulate]]\ndevice = \"all\"\nprofile = \"sata-port\"\n\
+         [volume.controller]\ndevice = \"all\"\nprofile = \"lsi-9260-8i\"\ncache = false\n",
+    );
+    v.mount();
+    let status = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(
+        status.contains("controller: lsi-9260-8i (emulated controller")
+            && status.contains("cache off"),
+        "{status}"
+    );
+    // Data goes through the card and comes back whole.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(v.path("f"), &data).unwrap();
+    assert_eq!(fs::read(v.path("f")).unwrap(), data);
+    let out = stripefs_ok(&[
+        "bench",
+        v.mnt_str(),
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--profile",
+        "custom:rw=read,bs=1M,qd=2",
+    ]);
+    assert!(
+        out.contains("controller: lsi-9260-8i (emulated controller"),
+        "{out}"
+    );
+    assert!(out.contains("EMULATED"), "{out}");
 }
 
 #[test]
@@ -217,7 +258,7 @@ fn valid_csv(text: &str) -> Vec<Vec<String>> {
         .map(|l| {
             let f = csv_fields(l);
             assert_eq!(f.len(), header.len(), "{l}");
-            assert!(f[9].parse::<f64>().is_ok(), "mb_per_s of {l}");
+            assert!(f[11].parse::<f64>().is_ok(), "mb_per_s of {l}");
             f
         })
         .collect()
@@ -359,7 +400,7 @@ fn a_sweep_stopped_by_sigint_keeps_its_rows_and_resume_measures_only_the_rest() 
     let rows = valid_csv(&text);
     assert_eq!(rows.len(), 6, "{text}");
     let mut keys: Vec<(String, String)> =
-        rows.iter().map(|r| (r[0].clone(), r[8].clone())).collect();
+        rows.iter().map(|r| (r[0].clone(), r[10].clone())).collect();
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 6, "no row measured twice: {text}");
@@ -656,4 +697,83 @@ fn the_cas_preset_with_a_custom_profile_prints_real_rows() {
     assert!(!fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .contains(dir.to_str().unwrap()));
+}
+
+#[test]
+fn the_raidcard_preset_writes_the_grid_with_its_columns_marked_emulated() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ram");
+    let csv = root.path().join("raidcard.csv");
+    let chart = root.path().join("raidcard.svg");
+    let out = stripefs(&[
+        "bench",
+        "preset",
+        "raidcard",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--profile",
+        "custom:rw=read,bs=1M,qd=2",
+        "--size",
+        "2M",
+        "--duration",
+        "1s",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Nothing of the preset stays mounted: neither the RAM disk nor a volume.
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(dir.to_str().unwrap()), "{mounts}");
+
+    let text = fs::read_to_string(&csv).unwrap();
+    let header = csv_fields(text.lines().next().unwrap());
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let rows = valid_csv(&text);
+    let volumes: Vec<&Vec<String>> = rows
+        .iter()
+        .filter(|r| r[col("baseline")] == "false")
+        .collect();
+    // 4 and 8 ports × 8K/64K/256K × the card's cache on and off, one test each.
+    assert_eq!(volumes.len(), 12, "{text}");
+    let mut grid: Vec<(String, String, String)> = volumes
+        .iter()
+        .map(|r| {
+            assert_eq!(r[col("emulated")], "true", "{r:?}");
+            assert!(r[col("models")].contains("lsi-9260-8i"), "{r:?}");
+            assert_eq!(r[col("cache")], "none");
+            assert_eq!(
+                (r[col("profile")].as_str(), r[col("direction")].as_str()),
+                ("SEQ1M Q2T1", "read")
+            );
+            assert!(r[col("iops")].parse::<f64>().is_ok());
+            (
+                r[col("devices")].clone(),
+                r[col("stripe_size")].clone(),
+                r[col("controller_cache")].clone(),
+            )
+        })
+        .collect();
+    grid.sort();
+    grid.dedup();
+    assert_eq!(grid.len(), 12, "every cell once: {grid:?}");
+    assert!(grid.iter().all(|g| g.2 == "on" || g.2 == "off"), "{grid:?}");
+    // The panels beside the seed's figures, and the shape lines.
+    assert!(stdout.contains("raidcard panel, EMULATED"), "{stdout}");
+    assert!(
+        stdout.contains("658") && stdout.contains("<1000"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("8 ports / 4 ports at 64K"), "{stdout}");
+    assert_eq!(stdout.matches("  model alone").count(), 2, "{stdout}");
+    assert!(stdout.contains("emulated controller"), "{stdout}");
+    assert!(chart.exists());
 }

@@ -17,7 +17,7 @@ const FONTS: &[&str] = &[
 static FONT: Once = Once::new();
 
 /// Text needs a TrueType font for its metrics; DejaVu (Debian: fonts-dejavu-core) is looked for.
-fn register_font() -> Result<(), String> {
+pub(crate) fn register_font() -> Result<(), String> {
     let mut found = false;
     FONT.call_once(|| {
         for path in FONTS {
@@ -98,7 +98,7 @@ fn panel_list(report: &Report) -> Vec<(String, String)> {
     out
 }
 
-fn stripe_label(bytes: u32) -> String {
+pub(crate) fn stripe_label(bytes: u32) -> String {
     if bytes >= 1024 {
         format!("{}K", bytes / 1024)
     } else {
@@ -148,10 +148,10 @@ where
             .position(|x| x.0 == t.stripe_size && (t.stripe_size.is_some() || x.1 == t.label))
             .unwrap_or(0)
     };
-    // Series: one per (width, cache).
-    let mut series: Vec<(Option<u32>, Option<String>)> = Vec::new();
+    // Series: one per (width, cache, RAID card cache).
+    let mut series: Vec<(Option<u32>, Option<String>, Option<String>)> = Vec::new();
     for t in &report.targets {
-        let s = (t.width, t.cache.clone());
+        let s = (t.width, t.cache.clone(), t.controller_cache.clone());
         if !series.contains(&s) {
             series.push(s);
         }
@@ -206,23 +206,26 @@ where
                 .label("baseline (no FUSE)")
                 .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RGBColor(150, 150, 150)));
         }
-        for (i, (width, cache)) in series.iter().enumerate() {
+        for (i, (width, cache, card)) in series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             let mut points: Vec<(f64, f64)> = report
                 .targets
                 .iter()
-                .filter(|t| &t.width == width && &t.cache == cache)
+                .filter(|t| &t.width == width && &t.cache == cache && &t.controller_cache == card)
                 .filter_map(|t| Some((x_of(t) as f64, value(t)?)))
                 .collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
             let name = format!(
-                "{}{}",
+                "{}{}{}",
                 width
                     .map(|w| format!("{w} devices"))
                     .unwrap_or("target".into()),
                 cache
                     .as_ref()
                     .map(|c| format!(", cache {c}"))
+                    .unwrap_or_default(),
+                card.as_ref()
+                    .map(|c| format!(", card cache {c}"))
                     .unwrap_or_default()
             );
             chart

@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod engine;
 pub mod fio;
+pub mod heatmap;
 pub mod log;
 pub mod profile;
 pub mod report;

@@ -35,12 +35,13 @@ pub fn key(
     direct: bool,
 ) -> String {
     format!(
-        "{baseline}|{}|{:?}|{:?}|{:?}|{}|{}|{test}|{direction}|{size}|{}",
+        "{baseline}|{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{test}|{direction}|{size}|{}",
         t.label,
         t.devices,
         t.stripe_size,
         t.width,
         t.cache.as_deref().unwrap_or("none"),
+        t.controller_cache,
         t.emulated.join(";"),
         if direct { "direct" } else { "buffered" }
     )

@@ -31,7 +31,9 @@ pub struct Target {
     pub stripe_size: Option<u32>,
     pub width: Option<u32>,
     pub cache: Option<String>,
-    /// Device models of emulated devices ("hdd-5400 (emulated: ...)").
+    /// The emulated RAID card's cache: "on" or "off" (None: no card).
+    pub controller_cache: Option<String>,
+    /// Models of emulated devices ("hdd-5400 (emulated: ...)") and of an emulated RAID card.
     pub emulated: Vec<String>,
     /// How a stripefs volume reads and writes its devices: "direct" or "buffered".
     pub device_io: Option<String>,
@@ -432,7 +434,7 @@ impl Report {
 }
 
 /// The CSV's columns.
-pub const CSV_HEADER: &str = "target,baseline,devices,stripe_size,width,cache,emulated,test,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s";
+pub const CSV_HEADER: &str = "target,baseline,devices,stripe_size,width,cache,controller_cache,emulated,models,profile,direction,mb_per_s,iops,mean_us,p99_us,best_mb_per_s,ratio_to_baseline,fio_mb_per_s";
 
 /// One CSV row (no newline): `target`'s result `r`, with its ratio to the baseline's MB/s
 /// `base` when there is one.
@@ -443,13 +445,15 @@ pub fn csv_row(t: &Target, is_base: bool, r: &TestResult, base: Option<f64>) -> 
         .unwrap_or_default();
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
     format!(
-        "\"{}\",{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
+        "\"{}\",{},{},{},{},{},{},{},\"{}\",{},{},{:.2},{:.0},{:.2},{:.2},{:.2},{},{}",
         t.label.replace('"', "'"),
         is_base,
         opt(t.devices.map(|d| d as u64)),
         opt(t.stripe_size.map(u64::from)),
         opt(t.width.map(u64::from)),
         t.cache.clone().unwrap_or_default(),
+        t.controller_cache.clone().unwrap_or_default(),
+        !t.emulated.is_empty(),
         t.emulated.join("; ").replace('"', "'"),
         r.test,
         r.direction,
@@ -544,6 +548,10 @@ mod tests {
         let csv = report.csv();
         assert_eq!(csv.lines().count(), 1 + 8);
         assert!(csv.lines().nth(5).unwrap().contains(",65536,2,"), "{csv}");
+        assert!(
+            csv.lines().nth(5).unwrap().contains(",,true,\"hdd-5400"),
+            "{csv}"
+        );
         let json: serde_json::Value = serde_json::to_value(&report).unwrap();
         assert_eq!(
             json["targets"][0]["results"][0]["runs"]

@@ -2,6 +2,7 @@
 //! the file, line and key it came from.
 
 mod class;
+mod controller;
 mod size;
 
 use serde::Deserialize;
@@ -15,6 +16,7 @@ pub use class::{
     check_class_name, check_min_allocation, check_size_range, normalize_extension, volume_folder,
     ClassSection, Direction, MAX_CLASSES, NO_CONDITION,
 };
+pub use controller::{ControllerSection, CONTROLLER_PROFILES};
 pub use size::{format_size, parse_duration, parse_size};
 
 /// The most devices one volume has.
@@ -143,6 +145,8 @@ pub struct VolumeSection {
     pub meta: Option<PathBuf>,
     /// Device models for experiments: which devices behave like which drive.
     pub emulate: Vec<Emulation>,
+    /// Devices behind an emulated RAID card (`[volume.controller]`).
+    pub controller: Option<ControllerSection>,
     /// Injected faults, for tests and drills.
     pub faults: Vec<FaultSection>,
     /// Object I/O in whole 4K blocks with O_DIRECT (`device_io = "direct"`, the default), so the devices'
@@ -174,6 +178,9 @@ pub struct Emulation {
     pub write_mbps: Option<f64>,
     pub access: Option<Duration>,
     pub queue: Option<usize>,
+    /// Random 4K I/O per second the drive completes at most.
+    pub read_iops: Option<f64>,
+    pub write_iops: Option<f64>,
 }
 
 /// When files get FOPEN_DIRECT_IO (no kernel page cache).
@@ -317,6 +324,7 @@ impl Config {
                 width: None,
                 meta: None,
                 emulate: Vec::new(),
+                controller: None,
                 faults: Vec::new(),
                 direct_device_io: true,
             },
@@ -417,6 +425,7 @@ struct RawVolume {
     meta: Option<Spanned<String>>,
     #[serde(default)]
     emulate: Vec<Spanned<RawEmulation>>,
+    controller: Option<Spanned<controller::RawController>>,
     #[serde(default)]
     fault: Vec<Spanned<RawFault>>,
     device_io: Option<Spanned<String>>,
@@ -441,6 +450,8 @@ struct RawEmulation {
     write_mbps: Option<Spanned<f64>>,
     access: Option<Spanned<String>>,
     queue: Option<Spanned<i64>>,
+    read_iops: Option<Spanned<f64>>,
+    write_iops: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -695,6 +706,10 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         }
     };
     let emulate = validate_emulation(ctx, raw.emulate, devices.len())?;
+    let controller = raw
+        .controller
+        .map(|c| controller::validate_controller(ctx, c, devices.len()))
+        .transpose()?;
     let faults = raw
         .fault
         .into_iter()
@@ -717,6 +732,7 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         width,
         meta,
         emulate,
+        controller,
         faults,
         direct_device_io,
     })
@@ -871,6 +887,20 @@ fn validate_emulation(
         };
         let read_mbps = rate(e.read_mbps, "volume.emulate.read_mbps")?;
         let write_mbps = rate(e.write_mbps, "volume.emulate.write_mbps")?;
+        let iops = |v: Option<Spanned<f64>>, key: &str| {
+            v.map(|v| {
+                checked(
+                    ctx,
+                    v,
+                    key,
+                    |x| x.is_finite() && x > 0.0,
+                    "must be a positive number of I/Os per second",
+                )
+            })
+            .transpose()
+        };
+        let read_iops = iops(e.read_iops, "volume.emulate.read_iops")?;
+        let write_iops = iops(e.write_iops, "volume.emulate.write_iops")?;
         let access = e
             .access
             .map(|a| duration_value(ctx, a, "volume.emulate.access"))
@@ -903,6 +933,8 @@ fn validate_emulation(
             write_mbps,
             access,
             queue,
+            read_iops,
+            write_iops,
         });
     }
     Ok(out)

@@ -52,11 +52,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| "must be a duration such as 500ms, 30s or 2m".to_string())?;
     let secs = match unit.trim() {
+        "us" | "µs" => value / 1e6,
         "ms" => value / 1000.0,
         "" | "s" => value,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("unknown unit \"{other}\" (use ms, s, m or h)")),
+        other => return Err(format!("unknown unit \"{other}\" (use us, ms, s, m or h)")),
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err("must be a positive duration".into());

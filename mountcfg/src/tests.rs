@@ -228,6 +228,47 @@ fn emulated_devices() {
 }
 
 #[test]
+fn a_controller_section_and_its_errors() {
+    let d = Dirs::new(2);
+    let c = d
+        .parse(
+            "[volume]\ndevices = [\"d0\", \"d1\"]\n\
+             [volume.controller]\ndevice = \"all\"\nprofile = \"lsi-9260-8i\"\n\
+             command_cost = \"3us\"\nmax_commands = 64\ncache_size = \"256M\"\nread_ahead = false\n",
+        )
+        .unwrap();
+    let ctl = c.volume.controller.unwrap();
+    assert_eq!(ctl.devices, vec![0, 1]);
+    assert_eq!(ctl.command_cost, Some(Duration::from_micros(3)));
+    assert_eq!(ctl.max_commands, Some(64));
+    assert_eq!(ctl.cache_size, Some(256 << 20));
+    assert_eq!(ctl.read_ahead, Some(false));
+    assert_eq!(ctl.cache, None);
+    let iops = d
+        .parse("[volume]\ndevices = [\"d0\"]\n[[volume.emulate]]\ndevice = 0\nprofile = \"sata-ssd\"\nread_iops = 1000\n")
+        .unwrap();
+    assert_eq!(iops.volume.emulate[0].read_iops, Some(1000.0));
+
+    let head = "[volume]\ndevices = [\"d0\", \"d1\"]\n[volume.controller]\n";
+    let cases = [
+        ("device = 3\nprofile = \"lsi-9260-8i\"\n", "vol.toml:4: volume.controller.device: device = 3: must be a device index from 0 to 1, or \"all\""),
+        ("device = 0\nprofile = \"raid5000\"\n", "vol.toml:5: volume.controller.profile: profile = \"raid5000\": must be one of lsi-9260-8i, custom"),
+        ("device = 0\nprofile = \"custom\"\nlink_mbps = 100\n", "vol.toml:3: volume.controller: profile \"custom\" needs link_mbps, command_cost and processor_mbps"),
+        ("device = 0\nprofile = \"lsi-9260-8i\"\nlink_mbps = 0\n", "vol.toml:6: volume.controller.link_mbps: link_mbps = 0: must be a positive number of MB/s"),
+        ("device = 0\nprofile = \"lsi-9260-8i\"\nmax_commands = 0\n", "vol.toml:6: volume.controller.max_commands: max_commands = 0: must be from 1 to 65536"),
+        ("device = 0\nprofile = \"lsi-9260-8i\"\ncommand_cost = \"fast\"\n", "vol.toml:6: volume.controller.command_cost: command_cost = \"fast\": must be a duration such as 500ms, 30s or 2m"),
+        ("device = 0\nprofile = \"lsi-9260-8i\"\ncache_size = 0\n", "vol.toml:6: volume.controller.cache_size: cache_size = 0: must not be 0 (cache = false turns it off)"),
+    ];
+    for (tail, want) in cases {
+        assert_eq!(d.error(&format!("{head}{tail}")), want, "{tail}");
+    }
+    let unknown = d.error(&format!(
+        "{head}device = 0\nprofile = \"custom\"\nbus = 1\n"
+    ));
+    assert!(unknown.contains("unknown field `bus`"), "{unknown}");
+}
+
+#[test]
 fn missing_file_is_named() {
     let e = load(Path::new("/nonexistent/vol.toml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/vol.toml: "), "{e}");

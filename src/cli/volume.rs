@@ -363,6 +363,9 @@ fn print_devices(s: &serde_json::Value) {
             );
         }
     }
+    if let Some(c) = s["controller"].as_str() {
+        println!("\n  controller: {c}");
+    }
     for u in &usage {
         if let Some(reason) = u["reason"].as_str() {
             println!("\n  device {}: {reason}", u["index"]);

@@ -13,7 +13,10 @@ mod volume;
 pub use device::{
     first_device, format, lock_path, DeviceInfo, FormatOptions, Superblock, FORMAT_VERSION,
 };
-pub use emulate::{DeviceModel, Emulated, ModelState};
+pub use emulate::{
+    predict_sequential, CacheModel, Controller, ControllerModel, ControllerState, DeviceModel,
+    Emulated, ModelState,
+};
 pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::IoBuf;

@@ -3,7 +3,7 @@
 //! are submitted together and the request completes when its last piece does.
 
 use crate::device::{open_devices, DeviceInfo, FANOUT, META_DIR, OBJECTS};
-use crate::emulate::{DeviceModel, Emulated};
+use crate::emulate::{Controller, ControllerModel, DeviceModel, Emulated};
 use crate::engine::{DevOp, EngineChoice, EngineKind, IoEngine};
 use crate::error::{Result, StripeError};
 use crate::io::IoBuf;
@@ -254,6 +254,8 @@ pub struct Volume {
     open: DashMap<u64, Arc<Objects>>,
     /// Per device: the model that makes it behave like a slower drive, if any.
     emulated: Vec<Option<Emulated>>,
+    /// The emulated RAID card the devices it serves book their I/O through.
+    controller: Option<Controller>,
     /// Per device: its files live in memory, so its buffered I/O runs on the submitting thread.
     ram_backed: Vec<bool>,
     /// Layout of each object, for callers that address objects alone (the cache's core).
@@ -318,6 +320,7 @@ impl Volume {
         Ok(Volume {
             max_object_len,
             emulated: devices.iter().map(|_| None).collect(),
+            controller: None,
             ram_backed: devices.iter().map(|d| ram_backed(&d.path)).collect(),
             layouts: DashMap::new(),
             direct: AtomicBool::new(false),
@@ -366,7 +369,9 @@ impl Volume {
         let n = self.device_count();
         (0..layout.width).all(|s| {
             let d = layout.device_of_slot(s, n);
-            self.ram_backed[d] && self.emulated[d].is_none()
+            self.ram_backed[d]
+                && self.emulated[d].is_none()
+                && !self.controller.as_ref().is_some_and(|c| c.serves(d))
         })
     }
 
@@ -448,6 +453,24 @@ impl Volume {
     /// Makes device `index` behave like `model` for data I/O.
     pub fn emulate(&mut self, index: usize, model: DeviceModel) {
         self.emulated[index] = Some(Emulated::new(model));
+    }
+
+    /// Puts `devices` behind an emulated controller; each keeps the model `emulate` gave it,
+    /// which the controller then books (so call this after `emulate`).
+    pub fn attach_controller(&mut self, model: ControllerModel, devices: &[usize]) {
+        let behind = (0..self.emulated.len())
+            .map(|d| {
+                devices
+                    .contains(&d)
+                    .then(|| self.emulated[d].as_ref().map(|e| e.model.clone()))
+            })
+            .collect();
+        self.controller = Some(Controller::new(model, behind));
+    }
+
+    /// The emulated controller's model, if there is one.
+    pub fn controller(&self) -> Option<&ControllerModel> {
+        self.controller.as_ref().map(|c| &c.model)
     }
 
     /// The model of each device, if emulated.
@@ -597,9 +620,16 @@ impl Volume {
                 iov_len: l,
             })
             .collect();
-        let not_before = self.emulated[dev]
-            .as_ref()
-            .map(|e| e.book(write, ino, io.obj_offset, io.len()));
+        let not_before = match &self.controller {
+            // One command per stripe unit: what makes small stripes cost a card more.
+            Some(c) if c.serves(dev) => {
+                let lens: Vec<u64> = io.segments.iter().map(|s| s.1 as u64).collect();
+                Some(c.book(dev, write, ino, io.obj_offset, &lens))
+            }
+            _ => self.emulated[dev]
+                .as_ref()
+                .map(|e| e.book(write, ino, io.obj_offset, io.len())),
+        };
         let (set, join) = (self.set.clone(), join.clone());
         join.add();
         Ok(Some(Box::new(DevOp {
@@ -1370,6 +1400,8 @@ mod tests {
                 write_bps: 1e9,
                 access: std::time::Duration::from_millis(300),
                 queue: 1,
+                read_iops: None,
+                write_iops: None,
             };
             v.emulate(0, slow);
             v.start_engine(choice, 1).unwrap();
