@@ -1,0 +1,7 @@
+//! fusewire: the FUSE kernel protocol for stripefs, over /dev/fuse and over io_uring.
+//!
+//! It knows nothing of striping or caching: it decodes the kernel's requests into
+//! [`request::Request`]s, encodes replies through [`reply::Reply`] (a `Send` handle that may be
+//! completed on any thread), and runs the transports that carry them.
+
+pub mod abi;
