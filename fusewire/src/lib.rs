@@ -5,3 +5,4 @@
 //! completed on any thread), and runs the transports that carry them.
 
 pub mod abi;
+pub mod request;
