@@ -5,4 +5,5 @@
 //! completed on any thread), and runs the transports that carry them.
 
 pub mod abi;
+pub mod reply;
 pub mod request;
