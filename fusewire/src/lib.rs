@@ -5,5 +5,13 @@
 //! completed on any thread), and runs the transports that carry them.
 
 pub mod abi;
+pub mod mount;
 pub mod reply;
 pub mod request;
+pub mod session;
+pub mod uring;
+
+pub use reply::{DirBuf, Entry, Reply, ReplySink};
+pub use request::{Operation, Request};
+pub use session::{Config, Filesystem, InitInfo, Notifier, Running, Session};
+pub use uring::UringConfig;

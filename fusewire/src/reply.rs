@@ -91,6 +91,12 @@ impl Reply {
         }
     }
 
+    /// Drops the handle without answering: for the requests the kernel expects no answer to
+    /// (FORGET, BATCH_FORGET, INTERRUPT).
+    pub fn no_reply(mut self) {
+        self.sink = None;
+    }
+
     /// An error: `errno` is positive (libc::ENOENT, ...).
     pub fn error(self, errno: i32) {
         self.send(wire_errno(errno), &[]);

@@ -1,0 +1,428 @@
+//! A tiny in-memory filesystem served by fusewire, mounted on a temp dir, and the guards that
+//! unmount it and bound every test in time.
+
+#![allow(dead_code)]
+
+use fusewire::abi::{fuse_attr, fuse_kstatfs};
+use fusewire::reply::dt_of_mode;
+use fusewire::{Config, DirBuf, Entry, Filesystem, Operation, Reply, Request, Session};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+const TTL: Duration = Duration::from_secs(1);
+
+struct Node {
+    attr: fuse_attr,
+    data: Vec<u8>,
+    children: BTreeMap<OsString, u64>,
+}
+
+/// Files in RAM: enough for lookup, getattr, read, write, create, unlink, readdir, tmpfile.
+pub struct MemFs {
+    nodes: Mutex<(u64, HashMap<u64, Node>)>,
+    /// Which thread served each request kind (the uring test checks reads came by io_uring).
+    pub seen: Mutex<Vec<String>>,
+}
+
+fn attr(ino: u64, mode: u32, size: u64) -> fuse_attr {
+    fuse_attr {
+        ino,
+        size,
+        blocks: size.div_ceil(512),
+        mode,
+        nlink: 1,
+        blksize: 4096,
+        ..Default::default()
+    }
+}
+
+impl MemFs {
+    /// A root with `files` (name, contents).
+    pub fn new(files: &[(&str, &[u8])]) -> MemFs {
+        let mut nodes = HashMap::new();
+        let mut root = Node {
+            attr: attr(1, libc::S_IFDIR | 0o755, 0),
+            data: vec![],
+            children: BTreeMap::new(),
+        };
+        root.attr.nlink = 2;
+        let mut next = 2;
+        for (name, data) in files {
+            root.children.insert(OsString::from(name), next);
+            nodes.insert(
+                next,
+                Node {
+                    attr: attr(next, libc::S_IFREG | 0o644, data.len() as u64),
+                    data: data.to_vec(),
+                    children: BTreeMap::new(),
+                },
+            );
+            next += 1;
+        }
+        nodes.insert(1, root);
+        MemFs {
+            nodes: Mutex::new((next, nodes)),
+            seen: Mutex::new(vec![]),
+        }
+    }
+
+    fn entry(a: &fuse_attr) -> Entry {
+        Entry {
+            nodeid: a.ino,
+            generation: 0,
+            attr: *a,
+            entry_ttl: TTL,
+            attr_ttl: TTL,
+        }
+    }
+
+    fn new_node(&self, parent: u64, name: Option<&OsStr>, mode: u32) -> Result<fuse_attr, i32> {
+        let mut g = self.nodes.lock();
+        let (next, nodes) = &mut *g;
+        let ino = *next;
+        let dir = nodes.get_mut(&parent).ok_or(libc::ENOENT)?;
+        if let Some(name) = name {
+            if dir.children.contains_key(name) {
+                return Err(libc::EEXIST);
+            }
+            dir.children.insert(name.to_owned(), ino);
+        }
+        *next += 1;
+        let mut a = attr(ino, mode, 0);
+        if name.is_none() {
+            a.nlink = 0;
+        }
+        nodes.insert(
+            ino,
+            Node {
+                attr: a,
+                data: vec![],
+                children: BTreeMap::new(),
+            },
+        );
+        Ok(a)
+    }
+
+    fn handle(&self, req: &Request<'_>, reply: Reply) {
+        let n = req.nodeid;
+        match req.op {
+            Operation::Lookup { name } => {
+                let g = self.nodes.lock();
+                let child = g.1.get(&n).and_then(|d| d.children.get(name));
+                match child.and_then(|c| g.1.get(c)) {
+                    Some(c) => reply.entry(&Self::entry(&c.attr)),
+                    None => reply.error(libc::ENOENT),
+                }
+            }
+            Operation::Getattr { .. } => match self.nodes.lock().1.get(&n) {
+                Some(node) => reply.attr(&node.attr, TTL),
+                None => reply.error(libc::ENOENT),
+            },
+            Operation::Setattr(s) => {
+                let mut g = self.nodes.lock();
+                let Some(node) = g.1.get_mut(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                if let Some(size) = s.size {
+                    node.data.resize(size as usize, 0);
+                    node.attr.size = size;
+                }
+                if let Some(mode) = s.mode {
+                    node.attr.mode = (node.attr.mode & libc::S_IFMT) | (mode & 0o7777);
+                }
+                reply.attr(&node.attr, TTL)
+            }
+            Operation::Open { .. } | Operation::Opendir { .. } => reply.open(0, 0),
+            Operation::Read { offset, size, .. } => {
+                self.seen
+                    .lock()
+                    .push(std::thread::current().name().unwrap_or("").to_string());
+                let g = self.nodes.lock();
+                let Some(node) = g.1.get(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                let start = (offset as usize).min(node.data.len());
+                let end = (start + size as usize).min(node.data.len());
+                reply.data(&node.data[start..end])
+            }
+            Operation::Write { offset, data, .. } => {
+                let mut g = self.nodes.lock();
+                let Some(node) = g.1.get_mut(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                let end = offset as usize + data.len();
+                if node.data.len() < end {
+                    node.data.resize(end, 0);
+                }
+                node.data[offset as usize..end].copy_from_slice(data);
+                node.attr.size = node.data.len() as u64;
+                reply.write(data.len() as u32)
+            }
+            Operation::Create { name, mode, .. } => {
+                match self.new_node(n, Some(name), libc::S_IFREG | (mode & 0o7777)) {
+                    Ok(a) => reply.create(&Self::entry(&a), 0, 0),
+                    Err(e) => reply.error(e),
+                }
+            }
+            Operation::Tmpfile { mode, .. } => {
+                match self.new_node(n, None, libc::S_IFREG | (mode & 0o7777)) {
+                    Ok(a) => reply.create(&Self::entry(&a), 0, 0),
+                    Err(e) => reply.error(e),
+                }
+            }
+            Operation::Mkdir { name, mode, .. } => {
+                match self.new_node(n, Some(name), libc::S_IFDIR | (mode & 0o7777)) {
+                    Ok(a) => reply.entry(&Self::entry(&a)),
+                    Err(e) => reply.error(e),
+                }
+            }
+            Operation::Unlink { name } | Operation::Rmdir { name } => {
+                let mut g = self.nodes.lock();
+                let removed = g.1.get_mut(&n).and_then(|d| d.children.remove(name));
+                match removed {
+                    Some(_) => reply.ok(),
+                    None => reply.error(libc::ENOENT),
+                }
+            }
+            Operation::Readdir {
+                offset, size, plus, ..
+            } => {
+                let g = self.nodes.lock();
+                let Some(dir) = g.1.get(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                let mut all: Vec<(u64, &OsStr)> = vec![(n, OsStr::new(".")), (1, OsStr::new(".."))];
+                all.extend(dir.children.iter().map(|(k, v)| (*v, k.as_os_str())));
+                let mut buf = DirBuf::new(size);
+                for (i, (ino, name)) in all.iter().enumerate().skip(offset as usize) {
+                    let a = g.1.get(ino).map(|c| c.attr).unwrap_or_default();
+                    let fits = if plus {
+                        buf.add_plus(&Self::entry(&a), i as u64 + 1, name)
+                    } else {
+                        buf.add(*ino, i as u64 + 1, dt_of_mode(a.mode), name)
+                    };
+                    if !fits {
+                        break;
+                    }
+                }
+                reply.dirents(&buf)
+            }
+            Operation::Statfs => reply.statfs(&fuse_kstatfs {
+                blocks: 1000,
+                bfree: 500,
+                bavail: 500,
+                bsize: 4096,
+                namelen: 255,
+                frsize: 4096,
+                ..Default::default()
+            }),
+            Operation::Release { .. }
+            | Operation::Releasedir { .. }
+            | Operation::Flush { .. }
+            | Operation::Fsync { .. }
+            | Operation::Fsyncdir { .. } => reply.ok(),
+            _ => reply.error(libc::ENOSYS),
+        }
+    }
+}
+
+/// What the session serves: a handle the filesystem can clone into other threads.
+pub struct Served(pub std::sync::Arc<MemFs>);
+
+impl Filesystem for Served {
+    fn request(&self, req: Request<'_>, reply: Reply) {
+        // Answer from another thread now and then: replies must work from anywhere.
+        if req.unique.is_multiple_of(3) {
+            if let Operation::Getattr { .. } = req.op {
+                let me = self.0.clone();
+                let n = req.nodeid;
+                std::thread::spawn(move || match me.nodes.lock().1.get(&n) {
+                    Some(node) => reply.attr(&node.attr, TTL),
+                    None => reply.error(libc::ENOENT),
+                });
+                return;
+            }
+        }
+        self.0.handle(&req, reply)
+    }
+}
+
+/// Aborts the FUSE connection after a deadline, so that a hung test fails instead of hanging.
+pub struct Watchdog {
+    stop: Option<mpsc::Sender<()>>,
+}
+
+fn abort_connection(conn: u64) {
+    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{conn}/abort"), "1");
+}
+
+impl Watchdog {
+    pub fn new(conn: u64, limit: Duration) -> Watchdog {
+        let (tx, rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("watchdog: aborting FUSE connection {conn}");
+                abort_connection(conn);
+            }
+        });
+        Watchdog { stop: Some(tx) }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+    }
+}
+
+/// A mounted MemFs: unmounted, and its session waited for (bounded), when dropped.
+pub struct Mounted {
+    pub dir: tempfile::TempDir,
+    pub fs: std::sync::Arc<MemFs>,
+    pub info: fusewire::InitInfo,
+    pub conn: u64,
+    mount: Option<fusewire::mount::Mount>,
+    running: Option<fusewire::Running>,
+    _watchdog: Watchdog,
+}
+
+impl Mounted {
+    pub fn new(fs: MemFs, config: Config) -> Mounted {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (fd, mount) =
+            fusewire::mount::mount(dir.path(), "fusewiretest", "memfs", "").expect("mount");
+        let fs = std::sync::Arc::new(fs);
+        let running = Session::new(fd, Served(fs.clone()), config)
+            .spawn()
+            .expect("spawn");
+        let info = running
+            .wait_init(Duration::from_secs(10))
+            .cloned()
+            .expect("INIT within 10 s");
+        let conn = std::fs::metadata(dir.path())
+            .map(|m| m.dev())
+            .expect("stat");
+        // The connection's number is the mount's minor device number.
+        let conn = conn & 0xff | ((conn >> 12) & 0xfff00);
+        Mounted {
+            dir,
+            fs,
+            info,
+            conn,
+            mount: Some(mount),
+            running: Some(running),
+            _watchdog: Watchdog::new(conn, Duration::from_secs(60)),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Unmounts and waits for the session to end; true when it ended in time.
+    pub fn finish(&mut self) -> bool {
+        drop(self.mount.take());
+        let Some(running) = self.running.take() else {
+            return true;
+        };
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while !running.is_finished() && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !running.is_finished() {
+            abort_connection(self.conn);
+            return false;
+        }
+        running.join().is_ok()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The scenario both transports run: lookup, getattr, read, write, readdir, create, unlink,
+/// O_TMPFILE, statfs.
+pub fn exercise(m: &Mounted) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    // lookup + getattr + open + read
+    assert_eq!(std::fs::read(m.path("hello")).unwrap(), b"hello world\n");
+    assert_eq!(std::fs::metadata(m.path("hello")).unwrap().len(), 12);
+    assert!(std::fs::metadata(m.path("missing")).is_err());
+
+    // create + write + read back
+    std::fs::write(m.path("new"), b"fresh data").unwrap();
+    assert_eq!(std::fs::read(m.path("new")).unwrap(), b"fresh data");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("new"))
+        .unwrap();
+    f.seek(SeekFrom::Start(6)).unwrap();
+    f.write_all(b"DATA").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "fresh DATA");
+    drop(f);
+
+    // a bigger write and read, many requests in flight over both halves
+    let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.path("big"), &big).unwrap();
+    assert_eq!(std::fs::read(m.path("big")).unwrap(), big);
+
+    // readdir
+    let mut names: Vec<String> = std::fs::read_dir(m.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big", "hello", "new", "small"]);
+
+    // mkdir + unlink + rmdir
+    std::fs::create_dir(m.path("d")).unwrap();
+    std::fs::remove_file(m.path("new")).unwrap();
+    assert!(std::fs::metadata(m.path("new")).is_err());
+    std::fs::remove_dir(m.path("d")).unwrap();
+
+    // O_TMPFILE
+    let dir = std::ffi::CString::new(m.root().as_os_str().as_bytes()).unwrap();
+    // SAFETY: open(2) with a valid C string; the descriptor is owned by the File at once.
+    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) };
+    assert!(fd >= 0, "O_TMPFILE: {}", std::io::Error::last_os_error());
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let mut t = unsafe { std::fs::File::from_raw_fd(fd) };
+    t.write_all(b"unnamed").unwrap();
+    t.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    t.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "unnamed");
+    assert_eq!(t.metadata().unwrap().len(), 7);
+    drop(t);
+
+    // statfs
+    let c = std::ffi::CString::new(m.root().as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs fills the zeroed struct; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    assert_eq!(st.f_blocks, 1000);
+}
+
+/// The files every test starts with.
+pub fn files() -> MemFs {
+    MemFs::new(&[("hello", b"hello world\n"), ("small", b"x")])
+}

@@ -1,0 +1,43 @@
+//! fusewire over /dev/fuse: a RAM filesystem mounted, used through the kernel, unmounted.
+//! Needs root (mount(2)); skipped otherwise.
+
+mod common;
+
+use common::{exercise, files, Mounted};
+use fusewire::Config;
+
+fn root() -> bool {
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: mounting needs root");
+    }
+    root
+}
+
+#[test]
+fn dev_fuse_serves_a_ram_filesystem() {
+    if !root() {
+        return;
+    }
+    let mut m = Mounted::new(files(), Config::default());
+    assert!(!m.info.uring);
+    assert!(m.info.minor >= 31);
+    exercise(&m);
+    assert!(m.finish(), "the session did not end after the unmount");
+}
+
+#[test]
+fn dev_fuse_with_cloned_descriptors() {
+    if !root() {
+        return;
+    }
+    let config = Config {
+        threads: 3,
+        clone_fd: true,
+        ..Config::default()
+    };
+    let mut m = Mounted::new(files(), config);
+    exercise(&m);
+    assert!(m.finish(), "the session did not end after the unmount");
+}
