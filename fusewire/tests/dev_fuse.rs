@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exercise, files, Mounted};
+use common::{exercise, files, interrupt_a_held_read, MemFs, Mounted};
 use fusewire::Config;
 
 fn root() -> bool {
@@ -39,5 +39,15 @@ fn dev_fuse_with_cloned_descriptors() {
     };
     let mut m = Mounted::new(files(), config);
     exercise(&m);
+    assert!(m.finish(), "the session did not end after the unmount");
+}
+
+#[test]
+fn dev_fuse_interrupts_reach_the_filesystem() {
+    if !root() {
+        return;
+    }
+    let mut m = Mounted::new(MemFs::new(&[("slow", b"0123456789")]), Config::default());
+    interrupt_a_held_read(&m);
     assert!(m.finish(), "the session did not end after the unmount");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{exercise, files, Mounted};
+use common::{exercise, files, interrupt_a_held_read, MemFs, Mounted};
 use fusewire::{Config, UringConfig};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -66,4 +66,9 @@ fn uring_serves_a_ram_filesystem() {
         );
         assert!(m.finish(), "the session did not end after the unmount");
     }
+    // Interrupts still come over /dev/fuse; the held read's reply goes back over the ring.
+    let mut m = Mounted::new(MemFs::new(&[("slow", b"0123456789")]), uring_config(0, 4));
+    assert!(m.info.uring);
+    interrupt_a_held_read(&m);
+    assert!(m.finish(), "the session did not end after the unmount");
 }

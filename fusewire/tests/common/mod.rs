@@ -25,8 +25,12 @@ struct Node {
 /// Files in RAM: enough for lookup, getattr, read, write, create, unlink, readdir, tmpfile.
 pub struct MemFs {
     nodes: Mutex<(u64, HashMap<u64, Node>)>,
-    /// Which thread served each request kind (the uring test checks reads came by io_uring).
+    /// Which thread served each read (the uring test checks reads came by io_uring).
     pub seen: Mutex<Vec<String>>,
+    /// Reads of the file named "slow" wait here until interrupted.
+    pub held: Mutex<HashMap<u64, Reply>>,
+    pub interrupts: std::sync::atomic::AtomicUsize,
+    slow: Option<u64>,
 }
 
 fn attr(ino: u64, mode: u32, size: u64) -> fuse_attr {
@@ -52,7 +56,11 @@ impl MemFs {
         };
         root.attr.nlink = 2;
         let mut next = 2;
+        let mut slow = None;
         for (name, data) in files {
+            if *name == "slow" {
+                slow = Some(next);
+            }
             root.children.insert(OsString::from(name), next);
             nodes.insert(
                 next,
@@ -68,6 +76,9 @@ impl MemFs {
         MemFs {
             nodes: Mutex::new((next, nodes)),
             seen: Mutex::new(vec![]),
+            held: Mutex::new(HashMap::new()),
+            interrupts: Default::default(),
+            slow,
         }
     }
 
@@ -137,7 +148,14 @@ impl MemFs {
                 }
                 reply.attr(&node.attr, TTL)
             }
+            // Direct I/O for the slow file: its reads wait in the kernel interruptibly.
+            Operation::Open { .. } if Some(n) == self.slow => {
+                reply.open(0, fusewire::abi::FOPEN_DIRECT_IO)
+            }
             Operation::Open { .. } | Operation::Opendir { .. } => reply.open(0, 0),
+            Operation::Read { .. } if Some(n) == self.slow => {
+                self.held.lock().insert(req.unique, reply);
+            }
             Operation::Read { offset, size, .. } => {
                 self.seen
                     .lock()
@@ -249,6 +267,15 @@ impl Filesystem for Served {
             }
         }
         self.0.handle(&req, reply)
+    }
+
+    fn interrupt(&self, unique: u64) {
+        self.0
+            .interrupts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(reply) = self.0.held.lock().remove(&unique) {
+            reply.error(libc::EINTR);
+        }
     }
 }
 
@@ -425,4 +452,55 @@ pub fn exercise(m: &Mounted) {
 /// The files every test starts with.
 pub fn files() -> MemFs {
     MemFs::new(&[("hello", b"hello world\n"), ("small", b"x")])
+}
+
+extern "C" fn on_signal(_: libc::c_int) {}
+
+/// A read of "slow" that waits in the filesystem is interrupted by a signal: the kernel sends
+/// INTERRUPT, the filesystem answers the held read EINTR from the interrupt's thread.
+pub fn interrupt_a_held_read(m: &Mounted) {
+    use std::io::Read;
+    use std::os::unix::thread::JoinHandleExt;
+    // SAFETY: installs a no-op handler without SA_RESTART, so the read returns EINTR.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as *const () as usize;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    }
+    let path = m.path("slow");
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::open(path).unwrap();
+        let mut b = [0u8; 10];
+        let _ = tx.send(f.read(&mut b).map_err(|e| e.raw_os_error()));
+    });
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while m.fs.held.lock().is_empty() {
+        match rx.try_recv() {
+            Ok(r) => panic!("the read returned without reaching the filesystem: {r:?}"),
+            Err(mpsc::TryRecvError::Disconnected) => panic!("the reader failed"),
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the read never reached the filesystem"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Signal until the read returns: a signal that lands before the kernel waits is lost.
+    let got = loop {
+        // SAFETY: the thread is alive until it sends its result.
+        unsafe { libc::pthread_kill(reader.as_pthread_t(), libc::SIGUSR1) };
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(r) => break r,
+            Err(_) => assert!(
+                std::time::Instant::now() < end,
+                "the read was never interrupted"
+            ),
+        }
+    };
+    reader.join().unwrap();
+    assert_eq!(got, Err(Some(libc::EINTR)));
+    assert!(m.fs.interrupts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    assert!(m.fs.held.lock().is_empty());
 }
