@@ -19,6 +19,17 @@ pub trait ReplySink: Send {
     /// Sends the reply to request `unique`: `error` is 0 or a negative errno (then `payload`
     /// is empty).
     fn send(self: Box<Self>, unique: u64, error: i32, payload: &[&[u8]]) -> io::Result<()>;
+
+    /// Room for at least `len` bytes of the reply's body in the transport's own buffer, if it
+    /// has one (io_uring: the entry's payload buffer, which the kernel reads the reply from).
+    fn body_buffer(&mut self, _len: usize) -> Option<std::ptr::NonNull<u8>> {
+        None
+    }
+
+    /// Sends the reply whose `len`-byte body was written into [`ReplySink::body_buffer`].
+    fn send_buffered(self: Box<Self>, _unique: u64, _len: usize) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
 }
 
 /// Longest name the kernel takes in a directory entry (FUSE_NAME_MAX).
@@ -203,6 +214,17 @@ impl Reply {
         self.send(0, &[abi::bytes(&out), data]);
     }
 
+    /// A READ answer built in place: a buffer of `len` bytes that is the transport's own where
+    /// it has one (io_uring: no copy between the device read and the kernel), else a Vec.
+    pub fn buffer(mut self, len: usize) -> DataReply {
+        let direct = self.sink.as_mut().and_then(|s| s.body_buffer(len));
+        let buf = match direct {
+            Some(ptr) => DataBuf::Sink(ptr, len),
+            None => DataBuf::Owned(vec![0; len]),
+        };
+        DataReply { reply: self, buf }
+    }
+
     /// A raw body (INIT, and anything the typed methods do not cover).
     pub fn raw(self, parts: &[&[u8]]) {
         self.send(0, parts);
@@ -215,6 +237,62 @@ impl Drop for Reply {
             log::debug!("request {} dropped unanswered: EIO", self.unique);
             let _ = sink.send(self.unique, -libc::EIO, &[]);
         }
+    }
+}
+
+enum DataBuf {
+    Sink(std::ptr::NonNull<u8>, usize),
+    Owned(Vec<u8>),
+}
+
+/// A READ reply whose data is written in place (see [`Reply::buffer`]). `Send`: device
+/// reads may fill it and complete it on any thread. Dropped unsent, it answers EIO.
+pub struct DataReply {
+    reply: Reply,
+    buf: DataBuf,
+}
+
+// SAFETY: the sink's buffer belongs to this reply alone until it is sent (the transport hands
+// an entry's buffer to one reply), and the sink keeps its memory alive.
+unsafe impl Send for DataReply {}
+
+impl DataReply {
+    /// The buffer to fill.
+    pub fn buf(&mut self) -> &mut [u8] {
+        match &mut self.buf {
+            // SAFETY: `len` bytes the sink reserved for this reply (see above).
+            DataBuf::Sink(p, len) => unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), *len) },
+            DataBuf::Owned(v) => v,
+        }
+    }
+
+    /// The reply, leaving none behind (so that Drop answers nothing more).
+    fn take(&mut self) -> Reply {
+        let none = Reply {
+            unique: self.reply.unique,
+            sink: None,
+        };
+        std::mem::replace(&mut self.reply, none)
+    }
+
+    /// Sends the first `len` bytes of the buffer.
+    pub fn send(mut self, len: usize) {
+        let mut reply = self.take();
+        match &self.buf {
+            DataBuf::Sink(_, cap) => {
+                if let Some(sink) = reply.sink.take() {
+                    if let Err(e) = sink.send_buffered(reply.unique, len.min(*cap)) {
+                        log::debug!("reply to {}: {e}", reply.unique);
+                    }
+                }
+            }
+            DataBuf::Owned(v) => reply.data(&v[..len.min(v.len())]),
+        }
+    }
+
+    /// Answers an error instead.
+    pub fn error(mut self, errno: i32) {
+        self.take().error(errno);
     }
 }
 
@@ -395,6 +473,20 @@ mod tests {
         let r = reply(&c, 77);
         std::thread::spawn(move || drop(r)).join().unwrap();
         assert_eq!(c.0.lock()[0], (77, -libc::EIO, vec![]));
+    }
+
+    #[test]
+    fn a_buffer_reply_without_a_sink_buffer_sends_its_vec() {
+        let c = Capture::default();
+        let mut d = reply(&c, 5).buffer(8);
+        d.buf()[..3].copy_from_slice(b"abc");
+        std::thread::spawn(move || d.send(3)).join().unwrap();
+        reply(&c, 6).buffer(8).error(libc::EIO);
+        drop(reply(&c, 7).buffer(8));
+        let got = c.0.lock().clone();
+        assert_eq!(got[0], (5, 0, b"abc".to_vec()));
+        assert_eq!((got[1].0, got[1].1), (6, -libc::EIO));
+        assert_eq!((got[2].0, got[2].1), (7, -libc::EIO));
     }
 
     #[test]

@@ -147,6 +147,13 @@ impl Ring {
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ent.payload.ptr.add(at), p.len()) };
             at += p.len();
         }
+        self.fill_header(idx, header, at);
+    }
+
+    /// Writes a reply's out header and payload size into entry `idx`'s header buffer.
+    fn fill_header(&self, idx: usize, header: &fuse_out_header, payload_sz: usize) {
+        let ent = &self.ents[idx];
+        let at = payload_sz;
         // SAFETY: the header buffer holds a fuse_uring_req_header; unaligned-safe writes.
         unsafe {
             let h = ent.header.ptr.cast::<fuse_uring_req_header>();
@@ -160,6 +167,23 @@ impl Ring {
 struct UringSink {
     ring: Arc<Ring>,
     idx: usize,
+    /// Bytes of the request's arguments in the payload buffer (borrowed while dispatching).
+    req_payload: usize,
+}
+
+impl UringSink {
+    /// May the reply write the payload buffer now? Not while a handler still borrows the
+    /// request's arguments from it.
+    fn payload_free(&self) -> bool {
+        self.req_payload == 0 || !self.ring.ents[self.idx].in_dispatch.load(Ordering::Acquire)
+    }
+
+    fn commit(&self, done: Done) {
+        self.ring.done.lock().push(done);
+        if self.ring.thread.get() != Some(&std::thread::current().id()) {
+            self.ring.wake();
+        }
+    }
 }
 
 impl ReplySink for UringSink {
@@ -176,16 +200,34 @@ impl ReplySink for UringSink {
             error,
             unique,
         };
-        let done = if ent.in_dispatch.load(Ordering::Acquire) {
-            Done::Owned(self.idx, header, payload.concat())
-        } else {
+        let done = if self.payload_free() {
             self.ring.fill(self.idx, &header, payload);
             Done::InPlace(self.idx)
+        } else {
+            Done::Owned(self.idx, header, payload.concat())
         };
-        self.ring.done.lock().push(done);
-        if self.ring.thread.get() != Some(&std::thread::current().id()) {
-            self.ring.wake();
+        self.commit(done);
+        Ok(())
+    }
+
+    fn body_buffer(&mut self, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        let ent = &self.ring.ents[self.idx];
+        if len > ent.payload.len() || !self.payload_free() {
+            return None;
         }
+        std::ptr::NonNull::new(ent.payload.ptr)
+    }
+
+    fn send_buffered(self: Box<Self>, unique: u64, len: usize) -> io::Result<()> {
+        let len = len.min(self.ring.ents[self.idx].payload.len());
+        let header = fuse_out_header {
+            len: (size_of::<fuse_out_header>() + len) as u32,
+            error: 0,
+            unique,
+        };
+        // The body is in place: write only the header and the size.
+        self.ring.fill_header(self.idx, &header, len);
+        self.commit(Done::InPlace(self.idx));
         Ok(())
     }
 }
@@ -471,6 +513,7 @@ fn handle<F: Filesystem>(ring: &Arc<Ring>, idx: usize, shared: &Shared<F>, proto
     let sink = Box::new(UringSink {
         ring: ring.clone(),
         idx,
+        req_payload: size,
     });
     match request::decode(&inh, &h.op_in[..arg0_len], rest, proto) {
         Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink)),
