@@ -190,8 +190,12 @@ fn read_request(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     loop {
         // SAFETY: reads into a buffer we own, within its length.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
+        if n > 0 {
             return Ok(Some(n as usize));
+        }
+        if n == 0 {
+            // /dev/fuse never reads 0 bytes; anything else that does has hung up.
+            return Ok(None);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
@@ -466,3 +470,7 @@ impl Notifier {
         )
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;
