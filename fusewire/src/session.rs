@@ -94,6 +94,17 @@ pub struct InitInfo {
     pub uring_unavailable: Option<String>,
 }
 
+impl InitInfo {
+    /// The transport requests travel over, for status lines and bench headers.
+    pub fn transport(&self) -> &'static str {
+        if self.uring {
+            "io_uring"
+        } else {
+            "/dev/fuse"
+        }
+    }
+}
+
 /// What both transports share.
 pub(crate) struct Shared<F> {
     pub fs: F,

@@ -179,8 +179,14 @@ impl UringSink {
     }
 
     fn commit(&self, done: Done) {
-        self.ring.done.lock().push(done);
-        if self.ring.thread.get() != Some(&std::thread::current().id()) {
+        let first = {
+            let mut list = self.ring.done.lock();
+            list.push(done);
+            list.len() == 1
+        };
+        // One wake per batch: a non-empty list has a wake pending, and the ring thread takes
+        // the list only after it consumed the wake.
+        if first && self.ring.thread.get() != Some(&std::thread::current().id()) {
             self.ring.wake();
         }
     }
