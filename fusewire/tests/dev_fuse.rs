@@ -28,17 +28,21 @@ fn dev_fuse_serves_a_ram_filesystem() {
 }
 
 #[test]
-fn dev_fuse_with_cloned_descriptors() {
+fn dev_fuse_with_cloned_descriptors_and_readdirplus() {
     if !root() {
         return;
     }
+    // READDIRPLUS too: readdir entries come with their attributes.
+    let base = Config::default();
     let config = Config {
         threads: 3,
         clone_fd: true,
-        ..Config::default()
+        want: base.want | fusewire::abi::FUSE_DO_READDIRPLUS,
+        ..base
     };
     let mut m = Mounted::new(files(), config);
     exercise(&m);
+    assert!(m.fs.plus.load(std::sync::atomic::Ordering::SeqCst) > 0);
     assert!(m.finish(), "the session did not end after the unmount");
 }
 

@@ -42,9 +42,15 @@ impl Drop for EnableUring {
 }
 
 fn uring_config(threads: usize, depth: usize) -> Config {
+    let base = Config::default();
     Config {
         uring: Some(UringConfig { threads, depth }),
-        ..Config::default()
+        // READDIRPLUS on the single-thread run: its entries cross the ring too.
+        want: match threads {
+            1 => base.want | fusewire::abi::FUSE_DO_READDIRPLUS,
+            _ => base.want,
+        },
+        ..base
     }
 }
 
@@ -58,6 +64,9 @@ fn uring_serves_a_ram_filesystem() {
         assert!(m.info.uring, "io_uring not running: {:?}", m.info);
         assert_ne!(m.info.flags & fusewire::abi::FUSE_OVER_IO_URING, 0);
         exercise(&m);
+        if threads == 1 {
+            assert!(m.fs.plus.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        }
         let seen = m.fs.seen.lock().clone();
         eprintln!("reads served by: {seen:?}");
         assert!(

@@ -16,10 +16,13 @@ use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(1);
 
+#[derive(Default)]
 struct Node {
     attr: fuse_attr,
+    /// File contents, or a symlink's target.
     data: Vec<u8>,
     children: BTreeMap<OsString, u64>,
+    xattrs: BTreeMap<OsString, Vec<u8>>,
 }
 
 /// Files in RAM: enough for lookup, getattr, read, write, create, unlink, readdir, tmpfile.
@@ -30,6 +33,8 @@ pub struct MemFs {
     /// Reads of the file named "slow" wait here until interrupted.
     pub held: Mutex<HashMap<u64, Reply>>,
     pub interrupts: std::sync::atomic::AtomicUsize,
+    /// READDIRPLUS requests served.
+    pub plus: std::sync::atomic::AtomicUsize,
     slow: Option<u64>,
 }
 
@@ -52,7 +57,7 @@ impl MemFs {
         let mut root = Node {
             attr: attr(1, libc::S_IFDIR | 0o755, 0),
             data: vec![],
-            children: BTreeMap::new(),
+            ..Default::default()
         };
         root.attr.nlink = 2;
         let mut next = 2;
@@ -67,7 +72,7 @@ impl MemFs {
                 Node {
                     attr: attr(next, libc::S_IFREG | 0o644, data.len() as u64),
                     data: data.to_vec(),
-                    children: BTreeMap::new(),
+                    ..Default::default()
                 },
             );
             next += 1;
@@ -78,6 +83,7 @@ impl MemFs {
             seen: Mutex::new(vec![]),
             held: Mutex::new(HashMap::new()),
             interrupts: Default::default(),
+            plus: Default::default(),
             slow,
         }
     }
@@ -113,7 +119,7 @@ impl MemFs {
             Node {
                 attr: a,
                 data: vec![],
-                children: BTreeMap::new(),
+                ..Default::default()
             },
         );
         Ok(a)
@@ -228,6 +234,9 @@ impl MemFs {
                 };
                 let mut all: Vec<(u64, &OsStr)> = vec![(n, OsStr::new(".")), (1, OsStr::new(".."))];
                 all.extend(dir.children.iter().map(|(k, v)| (*v, k.as_os_str())));
+                if plus {
+                    self.plus.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 let mut buf = DirBuf::new(size);
                 for (i, (ino, name)) in all.iter().enumerate().skip(offset as usize) {
                     let a = g.1.get(ino).map(|c| c.attr).unwrap_or_default();
@@ -241,6 +250,104 @@ impl MemFs {
                     }
                 }
                 reply.dirents(&buf)
+            }
+            Operation::Symlink { name, target } => {
+                match self.new_node(n, Some(name), libc::S_IFLNK | 0o777) {
+                    Ok(mut a) => {
+                        let mut g = self.nodes.lock();
+                        let node = g.1.get_mut(&a.ino).expect("just made");
+                        node.data = target.as_encoded_bytes().to_vec();
+                        node.attr.size = node.data.len() as u64;
+                        a = node.attr;
+                        reply.entry(&Self::entry(&a))
+                    }
+                    Err(e) => reply.error(e),
+                }
+            }
+            Operation::Readlink => match self.nodes.lock().1.get(&n) {
+                Some(node) => reply.data(&node.data),
+                None => reply.error(libc::ENOENT),
+            },
+            Operation::Link { oldnodeid, newname } => {
+                let mut g = self.nodes.lock();
+                let Some(dir) = g.1.get_mut(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                dir.children.insert(newname.to_owned(), oldnodeid);
+                match g.1.get_mut(&oldnodeid) {
+                    Some(node) => {
+                        node.attr.nlink += 1;
+                        reply.entry(&Self::entry(&node.attr))
+                    }
+                    None => reply.error(libc::ENOENT),
+                }
+            }
+            Operation::Rename {
+                newdir,
+                name,
+                newname,
+                flags,
+            } => {
+                if flags != 0 {
+                    return reply.error(libc::EINVAL);
+                }
+                let mut g = self.nodes.lock();
+                let Some(child) = g.1.get_mut(&n).and_then(|d| d.children.remove(name)) else {
+                    return reply.error(libc::ENOENT);
+                };
+                match g.1.get_mut(&newdir) {
+                    Some(d) => {
+                        d.children.insert(newname.to_owned(), child);
+                        reply.ok()
+                    }
+                    None => reply.error(libc::ENOENT),
+                }
+            }
+            Operation::Setxattr { name, value, .. } => match self.nodes.lock().1.get_mut(&n) {
+                Some(node) => {
+                    node.xattrs.insert(name.to_owned(), value.to_vec());
+                    reply.ok()
+                }
+                None => reply.error(libc::ENOENT),
+            },
+            Operation::Getxattr { name, size } => {
+                let g = self.nodes.lock();
+                match g.1.get(&n).and_then(|node| node.xattrs.get(name)) {
+                    None => reply.error(libc::ENODATA),
+                    Some(v) if size == 0 => reply.xattr_size(v.len() as u32),
+                    Some(v) if (size as usize) < v.len() => reply.error(libc::ERANGE),
+                    Some(v) => reply.data(v),
+                }
+            }
+            Operation::Listxattr { size } => {
+                let g = self.nodes.lock();
+                let Some(node) = g.1.get(&n) else {
+                    return reply.error(libc::ENOENT);
+                };
+                let mut list = Vec::new();
+                for k in node.xattrs.keys() {
+                    list.extend_from_slice(k.as_encoded_bytes());
+                    list.push(0);
+                }
+                if size == 0 {
+                    reply.xattr_size(list.len() as u32)
+                } else if (size as usize) < list.len() {
+                    reply.error(libc::ERANGE)
+                } else {
+                    reply.data(&list)
+                }
+            }
+            Operation::Removexattr { name } => {
+                let removed = self
+                    .nodes
+                    .lock()
+                    .1
+                    .get_mut(&n)
+                    .and_then(|node| node.xattrs.remove(name));
+                match removed {
+                    Some(_) => reply.ok(),
+                    None => reply.error(libc::ENODATA),
+                }
             }
             Operation::Statfs => reply.statfs(&fuse_kstatfs {
                 blocks: 1000,
@@ -437,6 +544,52 @@ pub fn exercise(m: &Mounted) {
     std::fs::remove_file(m.path("new")).unwrap();
     assert!(std::fs::metadata(m.path("new")).is_err());
     std::fs::remove_dir(m.path("d")).unwrap();
+
+    // symlink + readlink, link, rename (names in the payload, newdir in the first argument)
+    std::os::unix::fs::symlink("hello", m.path("lnk")).unwrap();
+    assert_eq!(
+        std::fs::read_link(m.path("lnk")).unwrap(),
+        Path::new("hello")
+    );
+    assert_eq!(std::fs::read(m.path("lnk")).unwrap(), b"hello world\n");
+    std::fs::hard_link(m.path("hello"), m.path("hello2")).unwrap();
+    assert_eq!(std::fs::metadata(m.path("hello2")).unwrap().nlink(), 2);
+    std::fs::rename(m.path("hello2"), m.path("hello3")).unwrap();
+    assert!(std::fs::metadata(m.path("hello2")).is_err());
+    assert_eq!(std::fs::read(m.path("hello3")).unwrap(), b"hello world\n");
+    std::fs::remove_file(m.path("hello3")).unwrap();
+    std::fs::remove_file(m.path("lnk")).unwrap();
+
+    // xattrs: setxattr's first argument is the extended 16-byte struct when negotiated
+    let c_hello = std::ffi::CString::new(m.path("hello").as_os_str().as_bytes()).unwrap();
+    let (name, value) = (c"user.test", b"some value");
+    // SAFETY: valid C strings and buffers of the given lengths, for all four calls.
+    unsafe {
+        let r = libc::setxattr(
+            c_hello.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        );
+        assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+        let mut buf = [0u8; 64];
+        let n = libc::getxattr(
+            c_hello.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        );
+        assert_eq!(&buf[..n as usize], value);
+        assert_eq!(
+            libc::getxattr(c_hello.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0),
+            10
+        );
+        let n = libc::listxattr(c_hello.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n as usize], b"user.test\0");
+        assert_eq!(libc::removexattr(c_hello.as_ptr(), name.as_ptr()), 0);
+        assert!(libc::getxattr(c_hello.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) < 0);
+    }
 
     // O_TMPFILE
     let dir = std::ffi::CString::new(m.root().as_os_str().as_bytes()).unwrap();
