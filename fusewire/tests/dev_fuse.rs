@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exercise, files, interrupt_a_held_read, MemFs, Mounted};
+use common::{abort_connection, exercise, files, interrupt_a_held_read, MemFs, Mounted};
 use fusewire::Config;
 
 fn root() -> bool {
@@ -54,4 +54,17 @@ fn dev_fuse_interrupts_reach_the_filesystem() {
     let mut m = Mounted::new(MemFs::new(&[("slow", b"0123456789")]), Config::default());
     interrupt_a_held_read(&m);
     assert!(m.finish(), "the session did not end after the unmount");
+}
+
+#[test]
+fn dev_fuse_ends_when_the_connection_is_aborted() {
+    if !root() {
+        return;
+    }
+    let mut m = Mounted::new(files(), Config::default());
+    assert_eq!(std::fs::read(m.path("hello")).unwrap(), b"hello world\n");
+    abort_connection(m.conn);
+    let e = std::fs::read(m.path("hello")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN));
+    assert!(m.finish(), "the session did not end after the abort");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{exercise, files, interrupt_a_held_read, MemFs, Mounted};
+use common::{abort_connection, exercise, files, interrupt_a_held_read, MemFs, Mounted};
 use fusewire::{Config, UringConfig};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -80,4 +80,12 @@ fn uring_serves_a_ram_filesystem() {
     assert!(m.info.uring);
     interrupt_a_held_read(&m);
     assert!(m.finish(), "the session did not end after the unmount");
+    // An aborted connection (what `fusectl abort` or a dying daemon's kernel side does) ends
+    // the ring threads and the session too.
+    let mut m = Mounted::new(files(), uring_config(0, 4));
+    assert_eq!(std::fs::read(m.path("hello")).unwrap(), b"hello world\n");
+    abort_connection(m.conn);
+    let e = std::fs::read(m.path("hello")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN));
+    assert!(m.finish(), "the session did not end after the abort");
 }

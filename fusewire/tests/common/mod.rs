@@ -403,7 +403,7 @@ pub struct Watchdog {
     stop: Option<mpsc::Sender<()>>,
 }
 
-fn abort_connection(conn: u64) {
+pub fn abort_connection(conn: u64) {
     let _ = std::fs::write(format!("/sys/fs/fuse/connections/{conn}/abort"), "1");
 }
 
