@@ -3,6 +3,9 @@
 //!
 //!     ramfile MOUNTPOINT dev|uring [SIZE_MIB] [-- FIO ARGS...]
 //!
+//! With `RAMFILE_WORKERS=N` reads are answered by N other threads (as the engine answers from
+//! device completions) through `Reply::buffer`, instead of inline on the transport's thread.
+//!
 //! Needs root. For `uring` an administrator switches the kernel's FUSE-over-io_uring on
 //! first (`echo Y > /sys/module/fuse/parameters/enable_uring`); this program never does.
 
@@ -17,8 +20,12 @@ use std::time::{Duration, Instant};
 const FILE: u64 = 2;
 const TTL: Duration = Duration::from_secs(3600);
 
+/// A read handed to a worker: its reply, and the range of the file.
+type Job = (fusewire::reply::DataReply, usize, usize);
+
 struct RamFile {
-    data: Vec<u8>,
+    data: std::sync::Arc<Vec<u8>>,
+    workers: Option<std::sync::mpsc::SyncSender<Job>>,
 }
 
 impl RamFile {
@@ -62,7 +69,12 @@ impl Filesystem for RamFile {
             Operation::Read { offset, size, .. } => {
                 let start = (offset as usize).min(self.data.len());
                 let end = (start + size as usize).min(self.data.len());
-                reply.data(&self.data[start..end])
+                match &self.workers {
+                    Some(tx) => {
+                        let _ = tx.send((reply.buffer(end - start), start, end));
+                    }
+                    None => reply.data(&self.data[start..end]),
+                }
             }
             Operation::Readdir { offset, size, .. } => {
                 let mut buf = DirBuf::new(size);
@@ -143,9 +155,30 @@ fn main() {
         ..Config::default()
     };
     let data: Vec<u8> = (0..size_mib << 20).map(|i| (i % 253) as u8).collect();
+    let data = std::sync::Arc::new(data);
+    let nworkers: usize = std::env::var("RAMFILE_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let workers = (nworkers > 0).then(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1024);
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        for _ in 0..nworkers {
+            let (rx, data) = (rx.clone(), data.clone());
+            std::thread::spawn(move || loop {
+                let job = rx.lock().map(|r| r.recv());
+                let Ok(Ok((mut d, start, end))) = job else {
+                    return;
+                };
+                d.buf().copy_from_slice(&data[start..end]);
+                d.send(end - start);
+            });
+        }
+        tx
+    });
     let (fd, mut mount) =
         fusewire::mount::mount(&mp, "ramfile", "ramfile", "").expect("mount (as root)");
-    let running = Session::new(fd, RamFile { data }, config)
+    let running = Session::new(fd, RamFile { data, workers }, config)
         .spawn()
         .expect("session");
     let info = running
@@ -178,7 +211,7 @@ fn main() {
     }
     let cores = cpu / wall;
     println!(
-        "transport={transport} iops={iops:.0} daemon_cores={cores:.2} cores_per_100k_iops={:.2}",
+        "transport={transport} workers={nworkers} iops={iops:.0} daemon_cores={cores:.2} cores_per_100k_iops={:.2}",
         cores / (iops / 100_000.0)
     );
 }

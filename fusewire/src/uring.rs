@@ -12,6 +12,11 @@
 //! handler inline, or later from any thread) writes the entry's buffers and queues the entry
 //! for commit; a reply from another thread wakes the ring through an eventfd. INIT,
 //! interrupts, forgets and notifications stay on /dev/fuse (the session's workers).
+//!
+//! Only the ring thread submits commands. A COMMIT_AND_FETCH submitted by the replying
+//! thread would save the wake-up, but the kernel then delivers the entry's next request
+//! through that thread's task_work, and cancels it when that thread exits (callers saw
+//! ECANCELED in a test that replied from short-lived threads).
 
 use crate::abi::{self, *};
 use crate::reply::{Reply, ReplySink};
