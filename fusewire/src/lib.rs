@@ -11,7 +11,9 @@ pub mod request;
 pub mod session;
 pub mod uring;
 
+/// The io_uring crate fusewire builds on, for SQEs given to [`RingCtx::push`].
+pub use io_uring;
 pub use reply::{DirBuf, Entry, Reply, ReplySink};
 pub use request::{Operation, Request};
 pub use session::{Config, Filesystem, InitInfo, Notifier, Running, Session};
-pub use uring::UringConfig;
+pub use uring::{RingCtx, UringConfig};

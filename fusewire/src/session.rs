@@ -6,7 +6,7 @@
 use crate::abi::{self, *};
 use crate::reply::{DevSink, Reply};
 use crate::request::{self, Operation, Proto, Request};
-use crate::uring::{self, UringConfig};
+use crate::uring::{self, RingCtx, UringConfig};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -23,6 +23,15 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Every request that takes a reply (all but FORGET, BATCH_FORGET, INTERRUPT, INIT,
     /// DESTROY). Data in `req` borrows the transport's buffer: copy what must outlive the call.
     fn request(&self, req: Request<'_>, reply: Reply);
+    /// A request that came over io_uring, on its ring thread: `ring` queues device I/O on the
+    /// same io_uring (its completions come to `ring_completion` on this thread). By default
+    /// the same as [`Filesystem::request`].
+    fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &RingCtx<'_>) {
+        let _ = ring;
+        self.request(req, reply)
+    }
+    /// The completion of an SQE the filesystem queued through a [`RingCtx`].
+    fn ring_completion(&self, _ring: &RingCtx<'_>, _user_data: u64, _result: i32) {}
     /// The kernel dropped `nlookup` references to `nodeid`.
     fn forget(&self, _nodeid: u64, _nlookup: u64) {}
     /// The caller of request `unique` was interrupted: answer it soon (EINTR is fine).
@@ -120,7 +129,7 @@ impl<F: Filesystem> Shared<F> {
     }
 
     /// Routes one decoded request (any transport). INIT is the session's and never comes here.
-    pub fn dispatch(&self, req: Request<'_>, reply: Reply) {
+    pub fn dispatch(&self, req: Request<'_>, reply: Reply, ring: Option<&RingCtx<'_>>) {
         match req.op {
             Operation::Forget { nlookup } => {
                 self.fs.forget(req.nodeid, nlookup);
@@ -142,7 +151,10 @@ impl<F: Filesystem> Shared<F> {
             }
             Operation::Init(_) => reply.error(libc::EIO),
             Operation::Unknown { .. } => reply.error(libc::ENOSYS),
-            _ => self.fs.request(req, reply),
+            _ => match ring {
+                Some(ring) => self.fs.request_on_ring(req, reply, ring),
+                None => self.fs.request(req, reply),
+            },
         }
     }
 }
@@ -421,7 +433,7 @@ fn serve<F: Filesystem>(fd: &Arc<OwnedFd>, shared: &Shared<F>, size: usize) -> i
         match request::parse(msg, &proto) {
             Ok(req) => {
                 let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
-                shared.dispatch(req, reply);
+                shared.dispatch(req, reply, None);
             }
             Err(e) => {
                 log::warn!("undecodable request: {e}");

@@ -264,6 +264,53 @@ impl Rings {
 
 /// user_data of the eventfd poll.
 const WAKE: u64 = u64::MAX;
+/// user_data bit of the filesystem's own SQEs (see [`RingCtx`]).
+const FS_BIT: u64 = 1 << 63;
+
+type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// Queues an SQE; only the ring thread does, so no other queue borrow is alive.
+fn push_sqe(uring: &Uring, sqe: &squeue::Entry128) {
+    // SAFETY: the ring thread is the only one touching this ring's submission queue, and no
+    // other SubmissionQueue of it is alive while this one is; what the SQE points to is the
+    // pusher's to keep valid (our entries live as long as the ring thread).
+    while unsafe { uring.submission_shared().push(sqe) }.is_err() {
+        if let Err(e) = uring.submitter().submit() {
+            log::warn!("io_uring submit: {e}");
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return;
+            }
+        }
+    }
+}
+
+/// The ring thread's io_uring, lent to the filesystem while it runs on that thread
+/// ([`Filesystem::request_on_ring`], [`Filesystem::ring_completion`]): device I/O queued here
+/// is submitted with the ring's next batch and completes on the same thread, so a READ can go
+/// from the device into the entry's payload buffer ([`Reply::buffer`]) and be committed
+/// without any other thread or copy.
+pub struct RingCtx<'a> {
+    uring: &'a Uring,
+    thread: usize,
+}
+
+impl RingCtx<'_> {
+    /// Which ring thread this is (0..threads): for per-thread state in the filesystem.
+    pub fn thread(&self) -> usize {
+        self.thread
+    }
+
+    /// Queues `sqe`; its completion comes to [`Filesystem::ring_completion`] with
+    /// `user_data` (below 2^63) on this thread.
+    ///
+    /// # Safety
+    /// Whatever the SQE points to (buffers, iovecs, paths) must stay valid until its
+    /// completion, and its file descriptor open.
+    pub unsafe fn push(&self, sqe: squeue::Entry, user_data: u64) {
+        let sqe: squeue::Entry128 = sqe.user_data((user_data & !FS_BIT) | FS_BIT).into();
+        push_sqe(self.uring, &sqe);
+    }
+}
 
 /// Starts the ring threads and registers their entries; returns once every entry is
 /// submitted (the kernel switches to the ring when all queues have entries).
@@ -308,15 +355,15 @@ pub(crate) fn start<F: Filesystem>(
             thread: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
         });
-        let uring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
-            .setup_cqsize((ring.ents.len() as u32 + 1) * 2)
-            .build((ring.ents.len() as u32 + 1).next_power_of_two())?;
+        // Room for the filesystem's own SQEs (device I/O) next to the entries' commands.
+        let sq = ((ring.ents.len() as u32 + 1) * 4).next_power_of_two();
+        let uring: Uring = IoUring::builder().setup_cqsize(sq * 2).build(sq)?;
         let (r, f, s) = (ring.clone(), fd.clone(), shared.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("fuse-ring-{t}"))
-                .spawn(move || ring_thread(uring, r, f, s, tx))?,
+                .spawn(move || ring_thread(t, uring, r, f, s, tx))?,
         );
         // Registration errors (EOPNOTSUPP, EINVAL) come back as the first completions.
         match rx.recv_timeout(std::time::Duration::from_secs(5)) {
@@ -370,7 +417,8 @@ fn command(
 }
 
 fn ring_thread<F: Filesystem>(
-    mut uring: IoUring<squeue::Entry128, cqueue::Entry>,
+    thread: usize,
+    uring: Uring,
     ring: Arc<Ring>,
     fd: Arc<OwnedFd>,
     shared: Arc<Shared<F>>,
@@ -400,32 +448,29 @@ fn ring_thread<F: Filesystem>(
     // The last command per entry (to resubmit on EAGAIN/EINTR) and its commit id.
     let mut last: Vec<(u32, u64)> = vec![(FUSE_IO_URING_CMD_REGISTER, 0); n];
     let mut live = n;
-    let push = |uring: &mut IoUring<squeue::Entry128, cqueue::Entry>, sqe: &squeue::Entry128| {
-        // SAFETY: the buffers the SQE points to live as long as `ring` (held by this thread).
-        while unsafe { uring.submission().push(sqe) }.is_err() {
-            if let Err(e) = uring.submit() {
-                log::warn!("io_uring submit: {e}");
-            }
-        }
+    let push = |uring: &Uring, sqe: &squeue::Entry128| push_sqe(uring, sqe);
+    let ctx = RingCtx {
+        uring: &uring,
+        thread,
     };
     for (i, e) in ring.ents.iter().enumerate() {
         push(
-            &mut uring,
+            &uring,
             &command(raw, e, i, FUSE_IO_URING_CMD_REGISTER, 0, iovs[i].as_ptr()),
         );
     }
     let poll = opcode::PollAdd::new(types::Fd(ring.wake.as_raw_fd()), libc::POLLIN as u32)
         .build()
         .user_data(WAKE);
-    push(&mut uring, &poll.clone().into());
+    push(&uring, &poll.clone().into());
     if let Err(e) = uring.submit() {
         let _ = started.send(Err(e));
         return;
     }
     // A REGISTER fails at once (its completion is posted during the submit); a good one
     // completes only when a request comes. So what is in the queue now tells.
-    let mut cqes: Vec<(u64, i32)> = uring
-        .completion()
+    // SAFETY (every completion_shared): only this thread reads the completion queue.
+    let mut cqes: Vec<(u64, i32)> = unsafe { uring.completion_shared() }
         .map(|c| (c.user_data(), c.result()))
         .collect();
     let failed = cqes
@@ -441,7 +486,11 @@ fn ring_thread<F: Filesystem>(
                 let mut v = 0u64;
                 // SAFETY: reads 8 bytes into a local from our non-blocking eventfd.
                 unsafe { libc::read(ring.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                push(&mut uring, &poll.clone().into());
+                push(&uring, &poll.clone().into());
+                continue;
+            }
+            if data & FS_BIT != 0 {
+                shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
                 continue;
             }
             let idx = data as usize;
@@ -453,7 +502,7 @@ fn ring_thread<F: Filesystem>(
                     libc::EAGAIN | libc::EINTR => {
                         let (cmd, id) = last[idx];
                         let sqe = command(raw, &ring.ents[idx], idx, cmd, id, iovs[idx].as_ptr());
-                        push(&mut uring, &sqe);
+                        push(&uring, &sqe);
                     }
                     e => {
                         // ENOTCONN/ECONNABORTED: the connection ended (unmount).
@@ -466,7 +515,7 @@ fn ring_thread<F: Filesystem>(
                 }
                 continue;
             }
-            last[idx].1 = handle(&ring, idx, &shared, &proto);
+            last[idx].1 = handle(&ring, idx, &shared, &proto, &ctx);
         }
         // Commit what was answered (inline or from other threads) and fetch the next.
         let done = std::mem::take(&mut *ring.done.lock());
@@ -488,7 +537,7 @@ fn ring_thread<F: Filesystem>(
                 last[idx].1,
                 iovs[idx].as_ptr(),
             );
-            push(&mut uring, &sqe);
+            push(&uring, &sqe);
         }
         if live == 0 || ring.stop.load(Ordering::Acquire) {
             break;
@@ -501,12 +550,18 @@ fn ring_thread<F: Filesystem>(
                 break;
             }
         }
-        cqes.extend(uring.completion().map(|c| (c.user_data(), c.result())));
+        cqes.extend(unsafe { uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
     }
 }
 
 /// Decodes entry `idx`'s request and dispatches it; returns its commit id.
-fn handle<F: Filesystem>(ring: &Arc<Ring>, idx: usize, shared: &Shared<F>, proto: &Proto) -> u64 {
+fn handle<F: Filesystem>(
+    ring: &Arc<Ring>,
+    idx: usize,
+    shared: &Shared<F>,
+    proto: &Proto,
+    ctx: &RingCtx<'_>,
+) -> u64 {
     let ent = &ring.ents[idx];
     // SAFETY: the kernel filled the header buffer before completing the command; we copy it
     // out, so no borrow of it outlives this line.
@@ -527,7 +582,7 @@ fn handle<F: Filesystem>(ring: &Arc<Ring>, idx: usize, shared: &Shared<F>, proto
         req_payload: size,
     });
     match request::decode(&inh, &h.op_in[..arg0_len], rest, proto) {
-        Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink)),
+        Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink), Some(ctx)),
         Err(e) => {
             log::warn!("undecodable request over io_uring: {e}");
             Reply::new(inh.unique, sink).error(libc::EIO);
