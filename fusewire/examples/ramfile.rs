@@ -6,6 +6,11 @@
 //! With `RAMFILE_WORKERS=N` reads are answered by N other threads (as the engine answers from
 //! device completions) through `Reply::buffer`, instead of inline on the transport's thread.
 //!
+//! With `RAMFILE_BACKING=PATH` the file is PATH instead (opened O_DIRECT with
+//! `RAMFILE_DIRECT=1`): reads are a blocking pread on the transport's thread, as libfuse's
+//! passthrough_hp does, or with `RAMFILE_ON_RING=1` (uring) an IORING_OP_READ on the ring
+//! thread's own io_uring into the ring entry's buffer, committed from its completion.
+//!
 //! Needs root. For `uring` an administrator switches the kernel's FUSE-over-io_uring on
 //! first (`echo Y > /sys/module/fuse/parameters/enable_uring`); this program never does.
 
@@ -25,7 +30,41 @@ type Job = (fusewire::reply::DataReply, usize, usize);
 
 struct RamFile {
     data: std::sync::Arc<Vec<u8>>,
+    size: u64,
     workers: Option<std::sync::mpsc::SyncSender<Job>>,
+    backing: Option<Backing>,
+}
+
+/// A real file behind the served one.
+struct Backing {
+    file: std::fs::File,
+    on_ring: bool,
+    inflight: std::sync::Mutex<std::collections::HashMap<u64, fusewire::reply::DataReply>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Backing {
+    /// A blocking pread into a 4K-aligned buffer (O_DIRECT wants one), then the reply.
+    fn pread(&self, reply: Reply, offset: u64, size: usize) {
+        use std::os::unix::fs::FileExt;
+        let mut d = reply.buffer(size);
+        let aligned = (d.buf().as_ptr() as usize).is_multiple_of(4096);
+        let r = if aligned {
+            self.file.read_at(d.buf(), offset)
+        } else {
+            let mut v = vec![0u8; size + 4096];
+            let skip = v.as_ptr().align_offset(4096);
+            let r = self.file.read_at(&mut v[skip..skip + size], offset);
+            if let Ok(n) = r {
+                d.buf()[..n].copy_from_slice(&v[skip..skip + n]);
+            }
+            r
+        };
+        match r {
+            Ok(n) => d.send(n),
+            Err(e) => d.error(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
 }
 
 impl RamFile {
@@ -33,7 +72,7 @@ impl RamFile {
         let (mode, size) = if ino == ROOT_ID {
             (libc::S_IFDIR | 0o755, 0)
         } else {
-            (libc::S_IFREG | 0o644, self.data.len() as u64)
+            (libc::S_IFREG | 0o644, self.size)
         };
         fuse_attr {
             ino,
@@ -66,6 +105,11 @@ impl Filesystem for RamFile {
             Operation::Lookup { .. } => reply.error(libc::ENOENT),
             Operation::Getattr { .. } => reply.attr(&self.attr(req.nodeid), TTL),
             Operation::Open { .. } | Operation::Opendir { .. } => reply.open(0, 0),
+            Operation::Read { offset, size, .. } if self.backing.is_some() => {
+                if let Some(b) = &self.backing {
+                    b.pread(reply, offset, size as usize);
+                }
+            }
             Operation::Read { offset, size, .. } => {
                 let start = (offset as usize).min(self.data.len());
                 let end = (start + size as usize).min(self.data.len());
@@ -97,6 +141,38 @@ impl Filesystem for RamFile {
                 reply.ok()
             }
             _ => reply.error(libc::ENOSYS),
+        }
+    }
+
+    fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
+        use fusewire::io_uring::{opcode, types};
+        use std::os::fd::AsRawFd;
+        let (Some(b), Operation::Read { offset, size, .. }) = (&self.backing, &req.op) else {
+            return self.request(req, reply);
+        };
+        if !b.on_ring {
+            return self.request(req, reply);
+        }
+        let mut d = reply.buffer(*size as usize);
+        let buf = d.buf();
+        let sqe = opcode::Read::new(types::Fd(b.file.as_raw_fd()), buf.as_mut_ptr(), *size)
+            .offset(*offset)
+            .build();
+        let id = b.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        b.inflight.lock().unwrap().insert(id, d);
+        // SAFETY: the buffer belongs to the DataReply parked in `inflight` until completion.
+        unsafe { ring.push(sqe, id) };
+    }
+
+    fn ring_completion(&self, _ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {
+        let Some(b) = &self.backing else { return };
+        let Some(d) = b.inflight.lock().unwrap().remove(&user_data) else {
+            return;
+        };
+        if result < 0 {
+            d.error(-result)
+        } else {
+            d.send(result as usize)
         }
     }
 }
@@ -176,11 +252,35 @@ fn main() {
         }
         tx
     });
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let backing = env("RAMFILE_BACKING").map(|path| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = env("RAMFILE_DIRECT").is_some_and(|v| v == "1");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+            .open(&path)
+            .expect("backing file");
+        Backing {
+            file,
+            on_ring: env("RAMFILE_ON_RING").is_some_and(|v| v == "1"),
+            inflight: Default::default(),
+            next: Default::default(),
+        }
+    });
+    let size = match &backing {
+        Some(b) => b.file.metadata().expect("backing size").len(),
+        None => data.len() as u64,
+    };
     let (fd, mut mount) =
         fusewire::mount::mount(&mp, "ramfile", "ramfile", "").expect("mount (as root)");
-    let running = Session::new(fd, RamFile { data, workers }, config)
-        .spawn()
-        .expect("session");
+    let fs = RamFile {
+        data,
+        size,
+        workers,
+        backing,
+    };
+    let running = Session::new(fd, fs, config).spawn().expect("session");
     let info = running
         .wait_init(Duration::from_secs(10))
         .cloned()
