@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{abort_connection, exercise, files, interrupt_a_held_read, MemFs, Mounted};
+use common::{
+    abort_connection, exercise, files, interrupt_a_held_read, notifications, MemFs, Mounted,
+};
 use fusewire::Config;
 
 fn root() -> bool {
@@ -24,6 +26,7 @@ fn dev_fuse_serves_a_ram_filesystem() {
     assert!(!m.info.uring);
     assert!(m.info.minor >= 31);
     exercise(&m);
+    notifications(&m);
     assert!(m.finish(), "the session did not end after the unmount");
 }
 

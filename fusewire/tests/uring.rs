@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{abort_connection, exercise, files, interrupt_a_held_read, MemFs, Mounted};
+use common::{
+    abort_connection, exercise, files, interrupt_a_held_read, notifications, MemFs, Mounted,
+};
 use fusewire::{Config, UringConfig};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -70,6 +72,7 @@ fn uring_serves_a_ram_filesystem() {
         assert!(m.info.uring, "io_uring not running: {:?}", m.info);
         assert_ne!(m.info.flags & fusewire::abi::FUSE_OVER_IO_URING, 0);
         exercise(&m);
+        notifications(&m);
         if threads == 1 {
             assert!(m.fs.plus.load(std::sync::atomic::Ordering::SeqCst) > 0);
         }

@@ -98,6 +98,27 @@ impl MemFs {
         }
     }
 
+    /// Changes a file behind the kernel's back (what another client of the backing store does).
+    pub fn set_data(&self, name: &str, data: &[u8]) -> u64 {
+        let mut g = self.nodes.lock();
+        let ino = g.1[&1].children[OsStr::new(name)];
+        let node = g.1.get_mut(&ino).expect("node");
+        node.data = data.to_vec();
+        node.attr.size = data.len() as u64;
+        ino
+    }
+
+    /// Removes a name behind the kernel's back.
+    pub fn remove_name(&self, name: &str) {
+        self.nodes
+            .lock()
+            .1
+            .get_mut(&1)
+            .expect("root")
+            .children
+            .remove(OsStr::new(name));
+    }
+
     fn new_node(&self, parent: u64, name: Option<&OsStr>, mode: u32) -> Result<fuse_attr, i32> {
         let mut g = self.nodes.lock();
         let (next, nodes) = &mut *g;
@@ -432,6 +453,7 @@ pub struct Mounted {
     pub fs: std::sync::Arc<MemFs>,
     pub info: fusewire::InitInfo,
     pub conn: u64,
+    pub notifier: fusewire::Notifier,
     mount: Option<fusewire::mount::Mount>,
     running: Option<fusewire::Running>,
     _watchdog: Watchdog,
@@ -443,9 +465,9 @@ impl Mounted {
         let (fd, mount) =
             fusewire::mount::mount(dir.path(), "fusewiretest", "memfs", "").expect("mount");
         let fs = std::sync::Arc::new(fs);
-        let running = Session::new(fd, Served(fs.clone()), config)
-            .spawn()
-            .expect("spawn");
+        let session = Session::new(fd, Served(fs.clone()), config);
+        let notifier = session.notifier();
+        let running = session.spawn().expect("spawn");
         let info = running
             .wait_init(Duration::from_secs(10))
             .cloned()
@@ -462,6 +484,7 @@ impl Mounted {
             conn,
             mount: Some(mount),
             running: Some(running),
+            notifier,
             _watchdog: Watchdog::new(conn, Duration::from_secs(60)),
         }
     }
@@ -668,4 +691,24 @@ pub fn interrupt_a_held_read(m: &Mounted) {
     assert_eq!(got, Err(Some(libc::EINTR)));
     assert!(m.fs.interrupts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     assert!(m.fs.held.lock().is_empty());
+}
+
+/// Notifications (which always travel over /dev/fuse) reach the kernel: a changed file reads
+/// anew after inval_inode, a removed name is gone after inval_entry.
+pub fn notifications(m: &Mounted) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(m.path("hello")).unwrap();
+    let mut buf = [0u8; 12];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 12);
+    assert_eq!(&buf, b"hello world\n");
+    let ino = m.fs.set_data("hello", b"HELLO WORLD\n");
+    m.notifier.inval_inode(ino, 0, 0).unwrap();
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 12);
+    assert_eq!(&buf, b"HELLO WORLD\n");
+    assert!(std::fs::metadata(m.path("small")).is_ok());
+    m.fs.remove_name("small");
+    m.notifier
+        .inval_entry(fusewire::abi::ROOT_ID, OsStr::new("small"))
+        .unwrap();
+    assert!(std::fs::metadata(m.path("small")).is_err());
 }
