@@ -384,7 +384,10 @@ impl<F: Filesystem> Session<F> {
         let uring_unavailable = if c.uring.is_none() {
             None
         } else if k.flags & FUSE_OVER_IO_URING == 0 {
-            Some(uring::why_unavailable())
+            let why = uring::why_unavailable();
+            // The one line `transport = "auto"` owes the administrator.
+            log::info!("FUSE over io_uring unavailable ({why}): serving over /dev/fuse");
+            Some(why)
         } else {
             None
         };
