@@ -264,29 +264,33 @@ impl<F: Filesystem> Session<F> {
     /// Negotiates INIT, then serves until the connection goes away.
     pub fn run(self) -> io::Result<()> {
         let mut buf = vec![0u8; buffer_size(self.config.max_write)];
-        let info = loop {
+        let (mut info, prepared) = loop {
             let Some(n) = read_request(&self.fd, &mut buf)? else {
                 self.shared.destroy_once();
                 return Ok(());
             };
-            if let Some(info) = self.init(&buf[..n])? {
-                break info;
+            if let Some(done) = self.init(&buf[..n])? {
+                break done;
             }
         };
-        // The io_uring queues register only after the kernel has taken the INIT reply.
-        let mut info = info;
+        // The io_uring queues register only after the kernel has taken the INIT reply. From
+        // then on the kernel holds every request until the ring is ready: a failure here ends
+        // the session (its descriptor closes, which fails the waiting callers) rather than
+        // leave the mount hanging.
         let mut ring = None;
-        if info.flags & FUSE_OVER_IO_URING != 0 {
-            let cfg = self.config.uring.clone().unwrap_or_default();
-            let payload = (self.config.max_write as usize).max(info.max_pages as usize * 4096);
-            match uring::start(self.fd.clone(), self.shared.clone(), &cfg, payload) {
+        if let Some(prepared) = prepared {
+            match prepared.start(self.fd.clone(), self.shared.clone()) {
                 Ok(r) => {
                     info.uring = true;
                     ring = Some(r);
                 }
                 Err(e) => {
-                    log::warn!("FUSE over io_uring negotiated but not started: {e}");
-                    info.uring_unavailable = Some(format!("queue registration failed: {e}"));
+                    log::error!("FUSE over io_uring negotiated but its queues failed: {e}");
+                    self.shared.destroy_once();
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("io_uring queue registration: {e}"),
+                    ));
                 }
             }
         }
@@ -323,7 +327,7 @@ impl<F: Filesystem> Session<F> {
     }
 
     /// Answers one message read before INIT was settled; the outcome once it is.
-    fn init(&self, msg: &[u8]) -> io::Result<Option<InitInfo>> {
+    fn init(&self, msg: &[u8]) -> io::Result<Option<(InitInfo, Option<uring::Prepared>)>> {
         let sink = DevSink::new(self.fd.clone());
         let req = match request::parse(msg, &Proto::default()) {
             Ok(r) => r,
@@ -362,9 +366,39 @@ impl<F: Filesystem> Session<F> {
         if c.uring.is_some() {
             want |= FUSE_OVER_IO_URING;
         }
-        let flags = want & k.flags;
+        let mut flags = want & k.flags;
         let max_pages = c.max_write.div_ceil(4096).clamp(1, u16::MAX as u32) as u16;
         let minor = k.minor.min(KERNEL_MINOR_VERSION);
+        let _ = self.shared.proto.set(Proto {
+            minor,
+            setxattr_ext: flags & FUSE_SETXATTR_EXT != 0,
+        });
+        // Rings are made now, while /dev/fuse can still be chosen if that fails.
+        let mut prepared = None;
+        let mut setup_failed = None;
+        if flags & FUSE_OVER_IO_URING != 0 {
+            let payload = (c.max_write as usize).max(max_pages as usize * 4096);
+            match uring::prepare(&c.uring.clone().unwrap_or_default(), payload) {
+                Ok(p) => prepared = Some(p),
+                Err(e) => {
+                    log::warn!("io_uring setup failed ({e}): serving over /dev/fuse");
+                    flags &= !FUSE_OVER_IO_URING;
+                    setup_failed = Some(format!("io_uring setup failed: {e}"));
+                }
+            }
+        }
+        let uring_unavailable = if setup_failed.is_some() {
+            setup_failed
+        } else if c.uring.is_none() {
+            None
+        } else if k.flags & FUSE_OVER_IO_URING == 0 {
+            let why = uring::why_unavailable();
+            // The one line `transport = "auto"` owes the administrator.
+            log::info!("FUSE over io_uring unavailable ({why}): serving over /dev/fuse");
+            Some(why)
+        } else {
+            None
+        };
         let out = fuse_init_out {
             minor,
             max_readahead: c.max_readahead.min(k.max_readahead),
@@ -376,20 +410,6 @@ impl<F: Filesystem> Session<F> {
             time_gran: c.time_gran,
             max_pages,
             ..ours
-        };
-        let _ = self.shared.proto.set(Proto {
-            minor,
-            setxattr_ext: flags & FUSE_SETXATTR_EXT != 0,
-        });
-        let uring_unavailable = if c.uring.is_none() {
-            None
-        } else if k.flags & FUSE_OVER_IO_URING == 0 {
-            let why = uring::why_unavailable();
-            // The one line `transport = "auto"` owes the administrator.
-            log::info!("FUSE over io_uring unavailable ({why}): serving over /dev/fuse");
-            Some(why)
-        } else {
-            None
         };
         let info = InitInfo {
             kernel_major: k.major,
@@ -406,7 +426,7 @@ impl<F: Filesystem> Session<F> {
         self.shared.fs.init(&info);
         sink.write(req.unique, 0, &[abi::bytes(&out)])?;
         log::debug!("FUSE INIT 7.{minor}, flags {flags:#x}");
-        Ok(Some(info))
+        Ok(Some((info, prepared)))
     }
 }
 

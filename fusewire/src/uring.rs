@@ -312,14 +312,15 @@ impl RingCtx<'_> {
     }
 }
 
-/// Starts the ring threads and registers their entries; returns once every entry is
-/// submitted (the kernel switches to the ring when all queues have entries).
-pub(crate) fn start<F: Filesystem>(
-    fd: Arc<OwnedFd>,
-    shared: Arc<Shared<F>>,
-    cfg: &UringConfig,
-    payload: usize,
-) -> io::Result<Rings> {
+/// Rings with their entries' memory, made before the INIT reply: once the kernel has taken
+/// FUSE_OVER_IO_URING it holds every request until the ring is ready, so whatever can fail
+/// (memory, io_uring setup) must fail while /dev/fuse can still be chosen instead.
+pub(crate) struct Prepared {
+    rings: Vec<(Arc<Ring>, Uring)>,
+}
+
+/// Allocates the entries and creates one io_uring per ring thread.
+pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared> {
     let queues = kernel_queues();
     let nthreads = if cfg.threads == 0 {
         queues
@@ -329,10 +330,15 @@ pub(crate) fn start<F: Filesystem>(
     let depth = if cfg.depth == 0 { 16 } else { cfg.depth };
     let payload = payload.max(abi::MIN_READ_BUFFER);
     let mut rings = Vec::new();
-    let mut threads = Vec::new();
     for t in 0..nthreads {
+        let qids: Vec<usize> = (t..queues).step_by(nthreads).collect();
+        let n = (qids.len() * depth) as u32;
+        // The cheap check first: room for the filesystem's own SQEs (device I/O) next to
+        // the entries' commands (the kernel refuses more than 32768 SQEs).
+        let sq = n.saturating_add(1).saturating_mul(4).next_power_of_two();
+        let uring: Uring = IoUring::builder().setup_cqsize(sq * 2).build(sq)?;
         let mut ents = Vec::new();
-        for qid in (t..queues).step_by(nthreads) {
+        for qid in qids {
             for _ in 0..depth {
                 ents.push(Ent {
                     qid: qid as u16,
@@ -355,31 +361,43 @@ pub(crate) fn start<F: Filesystem>(
             thread: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
         });
-        // Room for the filesystem's own SQEs (device I/O) next to the entries' commands.
-        let sq = ((ring.ents.len() as u32 + 1) * 4).next_power_of_two();
-        let uring: Uring = IoUring::builder().setup_cqsize(sq * 2).build(sq)?;
-        let (r, f, s) = (ring.clone(), fd.clone(), shared.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("fuse-ring-{t}"))
-                .spawn(move || ring_thread(t, uring, r, f, s, tx))?,
-        );
-        // Registration errors (EOPNOTSUPP, EINVAL) come back as the first completions.
-        match rx.recv_timeout(std::time::Duration::from_secs(5)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                let started = Rings { rings, threads };
-                ring.stop.store(true, Ordering::Release);
-                ring.wake();
-                started.stop();
+        rings.push((ring, uring));
+    }
+    Ok(Prepared { rings })
+}
+
+impl Prepared {
+    /// Starts the ring threads and registers their entries (after the INIT reply); returns
+    /// once every entry is submitted (the kernel switches to the ring when all queues have
+    /// entries).
+    pub(crate) fn start<F: Filesystem>(
+        self,
+        fd: Arc<OwnedFd>,
+        shared: Arc<Shared<F>>,
+    ) -> io::Result<Rings> {
+        let mut rings = Vec::new();
+        let mut threads = Vec::new();
+        for (t, (ring, uring)) in self.rings.into_iter().enumerate() {
+            let (r, f, s) = (ring.clone(), fd.clone(), shared.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{t}"))
+                    .spawn(move || ring_thread(t, uring, r, f, s, tx))?,
+            );
+            rings.push(ring);
+            // Registration errors (EOPNOTSUPP, EINVAL) come back as the first completions.
+            let started = match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::other("ring thread did not start")),
+            };
+            if let Err(e) = started {
+                Rings { rings, threads }.stop();
                 return Err(e);
             }
-            Err(_) => return Err(io::Error::other("ring thread did not start")),
         }
-        rings.push(ring);
+        Ok(Rings { rings, threads })
     }
-    Ok(Rings { rings, threads })
 }
 
 /// A URING_CMD for entry `idx`.

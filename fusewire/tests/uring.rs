@@ -274,3 +274,19 @@ fn uring_device_reads_on_the_same_ring() {
         "the session did not end after the unmount"
     );
 }
+
+#[test]
+fn uring_setup_failure_falls_back_to_dev_fuse() {
+    let Some(_on) = EnableUring::new() else {
+        return;
+    };
+    // More entries than an io_uring takes: the rings cannot be made, which is found before
+    // the INIT reply, so the mount is served over /dev/fuse instead of hanging.
+    let mut m = Mounted::new(files(), uring_config(1, 20_000));
+    assert!(!m.info.uring);
+    assert_eq!(m.info.flags & fusewire::abi::FUSE_OVER_IO_URING, 0);
+    let why = m.info.uring_unavailable.clone().unwrap_or_default();
+    assert!(why.contains("setup failed"), "{why}");
+    exercise(&m);
+    assert!(m.finish(), "the session did not end after the unmount");
+}
