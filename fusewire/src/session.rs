@@ -24,7 +24,9 @@ pub trait Filesystem: Send + Sync + 'static {
     /// DESTROY). Data in `req` borrows the transport's buffer: copy what must outlive the call.
     fn request(&self, req: Request<'_>, reply: Reply);
     /// A request that came over io_uring, on its ring thread: `ring` queues device I/O on the
-    /// same io_uring (its completions come to `ring_completion` on this thread). By default
+    /// same io_uring (its completions come to `ring_completion` on this thread). Unlike over
+    /// /dev/fuse, a WRITE's `data` lies in the ring entry's payload and stays there unchanged
+    /// until the request is answered, so a device write may point at it (no copy). By default
     /// the same as [`Filesystem::request`].
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &RingCtx<'_>) {
         let _ = ring;

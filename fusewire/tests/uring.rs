@@ -105,9 +105,15 @@ fn uring_serves_a_ram_filesystem() {
 struct Backed {
     file: std::fs::File,
     size: u64,
-    inflight: parking_lot::Mutex<std::collections::HashMap<u64, fusewire::reply::DataReply>>,
+    inflight: parking_lot::Mutex<std::collections::HashMap<u64, Pending>>,
     next: std::sync::atomic::AtomicU64,
     ring_reads: std::sync::atomic::AtomicUsize,
+}
+
+/// A request waiting for its device I/O.
+enum Pending {
+    Read(fusewire::reply::DataReply),
+    Write(fusewire::Reply),
 }
 
 impl Backed {
@@ -165,42 +171,53 @@ impl fusewire::Filesystem for Backed {
     ) {
         use fusewire::io_uring::{opcode, types};
         use std::os::fd::AsRawFd;
-        let fusewire::Operation::Read { offset, size, .. } = req.op else {
-            return self.request(req, reply);
+        let (sqe, pending) = match req.op {
+            fusewire::Operation::Read { offset, size, .. } => {
+                let mut d = reply.buffer(size as usize);
+                let buf = d.buf();
+                let fd = types::Fd(self.file.as_raw_fd());
+                let sqe = opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                    .offset(offset)
+                    .build();
+                (sqe, Pending::Read(d))
+            }
+            // The data stays in the ring entry's payload, untouched, until the reply: the
+            // device write goes straight from there.
+            fusewire::Operation::Write { offset, data, .. } => {
+                let fd = types::Fd(self.file.as_raw_fd());
+                let sqe = opcode::Write::new(fd, data.as_ptr(), data.len() as u32)
+                    .offset(offset)
+                    .build();
+                (sqe, Pending::Write(reply))
+            }
+            _ => return self.request(req, reply),
         };
-        let mut d = reply.buffer(size as usize);
-        let buf = d.buf();
-        let sqe = opcode::Read::new(
-            types::Fd(self.file.as_raw_fd()),
-            buf.as_mut_ptr(),
-            buf.len() as u32,
-        )
-        .offset(offset)
-        .build();
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Parked before the push: the completion may be reaped in the same batch.
-        self.inflight.lock().insert(id, d);
+        self.inflight.lock().insert(id, pending);
         self.ring_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the buffer is the DataReply's, parked in `inflight` until the completion;
-        // the file stays open as long as the filesystem.
+        // SAFETY: a read's buffer is the DataReply's, a write's data the entry's payload,
+        // both kept until the reply, which waits for the completion; the file stays open as
+        // long as the filesystem.
         unsafe { ring.push(sqe, id) };
     }
 
     fn ring_completion(&self, _ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {
-        let Some(d) = self.inflight.lock().remove(&user_data) else {
+        let Some(p) = self.inflight.lock().remove(&user_data) else {
             return;
         };
-        if result < 0 {
-            d.error(-result)
-        } else {
-            d.send(result as usize)
+        match p {
+            Pending::Read(d) if result < 0 => d.error(-result),
+            Pending::Read(d) => d.send(result as usize),
+            Pending::Write(r) if result < 0 => r.error(-result),
+            Pending::Write(r) => r.write(result as u32),
         }
     }
 }
 
 #[test]
-fn uring_device_reads_on_the_same_ring() {
+fn uring_device_io_on_the_same_ring() {
     let Some(_on) = EnableUring::new() else {
         return;
     };
@@ -208,7 +225,11 @@ fn uring_device_reads_on_the_same_ring() {
     let data: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 241) as u8).collect();
     std::fs::write(backing.path(), &data).unwrap();
     let fs = std::sync::Arc::new(Backed {
-        file: std::fs::File::open(backing.path()).unwrap(),
+        file: std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(backing.path())
+            .unwrap(),
         size: data.len() as u64,
         inflight: Default::default(),
         next: Default::default(),
@@ -261,6 +282,23 @@ fn uring_device_reads_on_the_same_ring() {
             assert_eq!(f.read_at(b, off).unwrap(), 4096);
             assert_eq!(b, &data[off as usize..off as usize + 4096]);
         }
+    }
+    // Direct 4K writes go from the ring entry to the backing file.
+    {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.path().join("f"))
+            .unwrap();
+        let mut buf = vec![0u8; 8192];
+        let aligned = (buf.as_ptr() as usize).next_multiple_of(4096) - buf.as_ptr() as usize;
+        let b = &mut buf[aligned..aligned + 4096];
+        b.fill(0xab);
+        assert_eq!(f.write_at(b, 8192).unwrap(), 4096);
+        let back = std::fs::read(backing.path()).unwrap();
+        assert!(back[8192..12288].iter().all(|&x| x == 0xab));
+        assert_eq!(back[..8192], data[..8192]);
     }
     assert!(fs.ring_reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
     assert!(fs.inflight.lock().is_empty());
