@@ -299,18 +299,25 @@ impl<F: Filesystem> Session<F> {
         let _ = self.info.set(info);
         let mut workers = Vec::new();
         for i in 1..self.config.threads.max(1) {
-            let fd = if self.config.clone_fd {
-                Arc::new(clone_fd(&self.fd)?)
-            } else {
-                self.fd.clone()
+            // A worker that cannot have its own descriptor shares the session's: failing here
+            // would leave the workers already started serving a session that returned.
+            let fd = match self.config.clone_fd.then(|| clone_fd(&self.fd)) {
+                Some(Ok(fd)) => Arc::new(fd),
+                Some(Err(e)) => {
+                    log::warn!("FUSE_DEV_IOC_CLONE: {e}; the worker shares the descriptor");
+                    self.fd.clone()
+                }
+                None => self.fd.clone(),
             };
             let shared = self.shared.clone();
             let size = buf.len();
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("fuse-dev-{i}"))
-                    .spawn(move || serve(&fd, &shared, size))?,
-            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("fuse-dev-{i}"))
+                .spawn(move || serve(&fd, &shared, size));
+            match spawned {
+                Ok(w) => workers.push(w),
+                Err(e) => log::warn!("fuse worker {i}: {e}; serving with fewer"),
+            }
         }
         let mut result = serve(&self.fd, &self.shared, buf.len());
         for w in workers {
