@@ -35,15 +35,38 @@ struct RamFile {
     backing: Option<Backing>,
 }
 
+/// A request waiting for its backing file I/O on the ring.
+enum Pending {
+    Read(fusewire::reply::DataReply),
+    Write(Reply),
+}
+
 /// A real file behind the served one.
 struct Backing {
     file: std::fs::File,
     on_ring: bool,
-    inflight: std::sync::Mutex<std::collections::HashMap<u64, fusewire::reply::DataReply>>,
+    inflight: std::sync::Mutex<std::collections::HashMap<u64, Pending>>,
     next: std::sync::atomic::AtomicU64,
 }
 
 impl Backing {
+    /// A blocking pwrite (through a 4K-aligned copy when O_DIRECT needs one).
+    fn pwrite(&self, reply: Reply, offset: u64, data: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let r = if (data.as_ptr() as usize).is_multiple_of(4096) {
+            self.file.write_at(data, offset)
+        } else {
+            let mut v = vec![0u8; data.len() + 4096];
+            let skip = v.as_ptr().align_offset(4096);
+            v[skip..skip + data.len()].copy_from_slice(data);
+            self.file.write_at(&v[skip..skip + data.len()], offset)
+        };
+        match r {
+            Ok(n) => reply.write(n as u32),
+            Err(e) => reply.error(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
     /// A blocking pread into a 4K-aligned buffer (O_DIRECT wants one), then the reply.
     fn pread(&self, reply: Reply, offset: u64, size: usize) {
         use std::os::unix::fs::FileExt;
@@ -110,6 +133,10 @@ impl Filesystem for RamFile {
                     b.pread(reply, offset, size as usize);
                 }
             }
+            Operation::Write { offset, data, .. } => match &self.backing {
+                Some(b) => b.pwrite(reply, offset, data),
+                None => reply.error(libc::EROFS),
+            },
             Operation::Read { offset, size, .. } => {
                 let start = (offset as usize).min(self.data.len());
                 let end = (start + size as usize).min(self.data.len());
@@ -147,32 +174,45 @@ impl Filesystem for RamFile {
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
         use fusewire::io_uring::{opcode, types};
         use std::os::fd::AsRawFd;
-        let (Some(b), Operation::Read { offset, size, .. }) = (&self.backing, &req.op) else {
+        let Some(b) = self.backing.as_ref().filter(|b| b.on_ring) else {
             return self.request(req, reply);
         };
-        if !b.on_ring {
-            return self.request(req, reply);
-        }
-        let mut d = reply.buffer(*size as usize);
-        let buf = d.buf();
-        let sqe = opcode::Read::new(types::Fd(b.file.as_raw_fd()), buf.as_mut_ptr(), *size)
-            .offset(*offset)
-            .build();
+        let fd = types::Fd(b.file.as_raw_fd());
+        let (sqe, pending) = match req.op {
+            Operation::Read { offset, size, .. } => {
+                let mut d = reply.buffer(size as usize);
+                let buf = d.buf();
+                let sqe = opcode::Read::new(fd, buf.as_mut_ptr(), size)
+                    .offset(offset)
+                    .build();
+                (sqe, Pending::Read(d))
+            }
+            // The data stays in the ring entry until the reply: written from there.
+            Operation::Write { offset, data, .. } => {
+                let sqe = opcode::Write::new(fd, data.as_ptr(), data.len() as u32)
+                    .offset(offset)
+                    .build();
+                (sqe, Pending::Write(reply))
+            }
+            _ => return self.request(req, reply),
+        };
         let id = b.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        b.inflight.lock().unwrap().insert(id, d);
-        // SAFETY: the buffer belongs to the DataReply parked in `inflight` until completion.
+        b.inflight.lock().unwrap().insert(id, pending);
+        // SAFETY: the read buffer belongs to the DataReply, the write data to the ring entry,
+        // both kept until the reply, which waits for this completion.
         unsafe { ring.push(sqe, id) };
     }
 
     fn ring_completion(&self, _ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {
         let Some(b) = &self.backing else { return };
-        let Some(d) = b.inflight.lock().unwrap().remove(&user_data) else {
+        let Some(p) = b.inflight.lock().unwrap().remove(&user_data) else {
             return;
         };
-        if result < 0 {
-            d.error(-result)
-        } else {
-            d.send(result as usize)
+        match p {
+            Pending::Read(d) if result < 0 => d.error(-result),
+            Pending::Read(d) => d.send(result as usize),
+            Pending::Write(r) if result < 0 => r.error(-result),
+            Pending::Write(r) => r.write(result as u32),
         }
     }
 }
@@ -258,6 +298,7 @@ fn main() {
         let direct = env("RAMFILE_DIRECT").is_some_and(|v| v == "1");
         let file = std::fs::OpenOptions::new()
             .read(true)
+            .write(true)
             .custom_flags(if direct { libc::O_DIRECT } else { 0 })
             .open(&path)
             .expect("backing file");
