@@ -1,0 +1,611 @@
+//! FUSE over io_uring (kernel 6.14+, `fuse.enable_uring=Y`): requests arrive as completions of
+//! `IORING_OP_URING_CMD`s on /dev/fuse, and a reply is committed together with the fetch of
+//! the entry's next request (COMMIT_AND_FETCH).
+//!
+//! The kernel has one queue per possible CPU and takes a request on the queue of the CPU that
+//! issued it; the ring is used only once every queue has an entry. Each ring thread of ours
+//! serves some of those queues with `depth` entries each. An entry is two buffers: the header
+//! (in/out header, the first argument, the commit id and payload size) and the payload (the
+//! other arguments, or the reply's body).
+//!
+//! A ring thread never blocks on the filesystem: it dispatches, and the reply (from the
+//! handler inline, or later from any thread) writes the entry's buffers and queues the entry
+//! for commit; a reply from another thread wakes the ring through an eventfd. INIT,
+//! interrupts, forgets and notifications stay on /dev/fuse (the session's workers).
+//!
+//! Only the ring thread submits commands. A COMMIT_AND_FETCH submitted by the replying
+//! thread would save the wake-up, but the kernel then delivers the entry's next request
+//! through that thread's task_work, and cancels it when that thread exits (callers saw
+//! ECANCELED in a test that replied from short-lived threads).
+
+use crate::abi::{self, *};
+use crate::reply::{Reply, ReplySink};
+use crate::request::{self, Proto};
+use crate::session::{Filesystem, Shared};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use parking_lot::Mutex;
+use std::alloc::Layout;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+
+/// The io_uring queues.
+#[derive(Debug, Clone, Default)]
+pub struct UringConfig {
+    /// Ring threads; 0: one per queue (per possible CPU). Thread t serves queues t, t+n, ...
+    pub threads: usize,
+    /// Entries per queue (requests in flight per CPU); 0: 16.
+    pub depth: usize,
+}
+
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Why the kernel did not offer FUSE over io_uring, for the log and `status`.
+pub fn why_unavailable() -> String {
+    match std::fs::read_to_string(PARAM) {
+        Err(_) => {
+            "this kernel has no FUSE over io_uring (CONFIG_FUSE_IO_URING, Linux 6.14+)".into()
+        }
+        Ok(v) if v.trim() == "N" => {
+            format!("switched off: an administrator enables it with `echo Y > {PARAM}`")
+        }
+        Ok(_) => "not offered by the kernel at INIT".into(),
+    }
+}
+
+/// The number of kernel queues: one per possible CPU.
+pub fn kernel_queues() -> usize {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let mut n = 0;
+    for part in possible.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut ends = part.split('-').map(|x| x.parse::<usize>().ok());
+        match (ends.next().flatten(), ends.next().flatten()) {
+            (Some(a), Some(b)) if b >= a => n += b - a + 1,
+            (Some(_), None) => n += 1,
+            _ => {}
+        }
+    }
+    if n == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        n
+    }
+}
+
+/// An aligned heap buffer the kernel reads and writes (its address must not move).
+struct Buf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: plain memory; who writes it when is ruled by the entry's ownership (see Ring).
+unsafe impl Send for Buf {}
+unsafe impl Sync for Buf {}
+
+impl Buf {
+    fn new(len: usize, align: usize) -> io::Result<Buf> {
+        let layout = Layout::from_size_align(len.max(1), align).map_err(io::Error::other)?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        Ok(Buf { ptr, layout })
+    }
+
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// One ring entry's memory.
+struct Ent {
+    qid: u16,
+    header: Buf,
+    payload: Buf,
+    /// A handler runs on the ring thread with the request's arguments borrowed from
+    /// `payload`: a reply sent meanwhile must not overwrite them.
+    in_dispatch: AtomicBool,
+}
+
+/// What a reply hands to the ring thread.
+enum Done {
+    /// The reply is in the entry's buffers.
+    InPlace(usize),
+    /// The reply came while the request's payload was still borrowed: copied here.
+    Owned(usize, fuse_out_header, Vec<u8>),
+}
+
+/// What a ring thread shares with the replies of its entries.
+struct Ring {
+    ents: Vec<Ent>,
+    done: Mutex<Vec<Done>>,
+    wake: OwnedFd,
+    thread: std::sync::OnceLock<ThreadId>,
+    stop: AtomicBool,
+}
+
+impl Ring {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Writes a reply into entry `idx`'s buffers. Only while the entry is ours (between the
+    /// kernel handing it over and our commit).
+    fn fill(&self, idx: usize, header: &fuse_out_header, payload: &[&[u8]]) {
+        let ent = &self.ents[idx];
+        let mut at = 0;
+        for p in payload {
+            // SAFETY: bounds were checked by the caller (total <= payload len); the entry is
+            // owned by this reply until committed, so nobody else touches the buffer.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ent.payload.ptr.add(at), p.len()) };
+            at += p.len();
+        }
+        self.fill_header(idx, header, at);
+    }
+
+    /// Writes a reply's out header and payload size into entry `idx`'s header buffer.
+    fn fill_header(&self, idx: usize, header: &fuse_out_header, payload_sz: usize) {
+        let ent = &self.ents[idx];
+        let at = payload_sz;
+        // SAFETY: the header buffer holds a fuse_uring_req_header; unaligned-safe writes.
+        unsafe {
+            let h = ent.header.ptr.cast::<fuse_uring_req_header>();
+            std::ptr::write_unaligned((*h).in_out.as_mut_ptr().cast::<fuse_out_header>(), *header);
+            std::ptr::addr_of_mut!((*h).ring_ent_in_out.payload_sz).write_unaligned(at as u32);
+        }
+    }
+}
+
+/// Replies into a ring entry.
+struct UringSink {
+    ring: Arc<Ring>,
+    idx: usize,
+    /// Bytes of the request's arguments in the payload buffer (borrowed while dispatching).
+    req_payload: usize,
+}
+
+impl UringSink {
+    /// May the reply write the payload buffer now? Not while a handler still borrows the
+    /// request's arguments from it.
+    fn payload_free(&self) -> bool {
+        self.req_payload == 0 || !self.ring.ents[self.idx].in_dispatch.load(Ordering::Acquire)
+    }
+
+    fn commit(&self, done: Done) {
+        let first = {
+            let mut list = self.ring.done.lock();
+            list.push(done);
+            list.len() == 1
+        };
+        // One wake per batch: a non-empty list has a wake pending, and the ring thread takes
+        // the list only after it consumed the wake.
+        if first && self.ring.thread.get() != Some(&std::thread::current().id()) {
+            self.ring.wake();
+        }
+    }
+}
+
+impl ReplySink for UringSink {
+    fn send(self: Box<Self>, unique: u64, mut error: i32, payload: &[&[u8]]) -> io::Result<()> {
+        let ent = &self.ring.ents[self.idx];
+        let mut total: usize = payload.iter().map(|p| p.len()).sum();
+        let mut payload = payload;
+        if total > ent.payload.len() {
+            log::warn!("reply to {unique}: {total} bytes exceed the ring's payload buffer");
+            (error, total, payload) = (-libc::EIO, 0, &[]);
+        }
+        let header = fuse_out_header {
+            len: (size_of::<fuse_out_header>() + total) as u32,
+            error,
+            unique,
+        };
+        let done = if self.payload_free() {
+            self.ring.fill(self.idx, &header, payload);
+            Done::InPlace(self.idx)
+        } else {
+            Done::Owned(self.idx, header, payload.concat())
+        };
+        self.commit(done);
+        Ok(())
+    }
+
+    fn body_buffer(&mut self, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        let ent = &self.ring.ents[self.idx];
+        if len > ent.payload.len() || !self.payload_free() {
+            return None;
+        }
+        std::ptr::NonNull::new(ent.payload.ptr)
+    }
+
+    fn send_buffered(self: Box<Self>, unique: u64, len: usize) -> io::Result<()> {
+        let len = len.min(self.ring.ents[self.idx].payload.len());
+        let header = fuse_out_header {
+            len: (size_of::<fuse_out_header>() + len) as u32,
+            error: 0,
+            unique,
+        };
+        // The body is in place: write only the header and the size.
+        self.ring.fill_header(self.idx, &header, len);
+        self.commit(Done::InPlace(self.idx));
+        Ok(())
+    }
+}
+
+/// The running ring threads.
+pub(crate) struct Rings {
+    rings: Vec<Arc<Ring>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Rings {
+    /// Stops the ring threads (after the connection ended) and waits for them.
+    pub fn stop(self) {
+        for r in &self.rings {
+            r.stop.store(true, Ordering::Release);
+            r.wake();
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// user_data of the eventfd poll.
+const WAKE: u64 = u64::MAX;
+/// user_data bit of the filesystem's own SQEs (see [`RingCtx`]).
+const FS_BIT: u64 = 1 << 63;
+
+type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// Queues an SQE; only the ring thread does, so no other queue borrow is alive.
+fn push_sqe(uring: &Uring, sqe: &squeue::Entry128) {
+    // SAFETY: the ring thread is the only one touching this ring's submission queue, and no
+    // other SubmissionQueue of it is alive while this one is; what the SQE points to is the
+    // pusher's to keep valid (our entries live as long as the ring thread).
+    while unsafe { uring.submission_shared().push(sqe) }.is_err() {
+        if let Err(e) = uring.submitter().submit() {
+            log::warn!("io_uring submit: {e}");
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return;
+            }
+        }
+    }
+}
+
+/// The ring thread's io_uring, lent to the filesystem while it runs on that thread
+/// ([`Filesystem::request_on_ring`], [`Filesystem::ring_completion`]): device I/O queued here
+/// is submitted with the ring's next batch and completes on the same thread, so a READ can go
+/// from the device into the entry's payload buffer ([`Reply::buffer`]) and be committed
+/// without any other thread or copy.
+pub struct RingCtx<'a> {
+    uring: &'a Uring,
+    thread: usize,
+}
+
+impl RingCtx<'_> {
+    /// Which ring thread this is (0..threads): for per-thread state in the filesystem.
+    pub fn thread(&self) -> usize {
+        self.thread
+    }
+
+    /// Queues `sqe`; its completion comes to [`Filesystem::ring_completion`] with
+    /// `user_data` (below 2^63) on this thread.
+    ///
+    /// # Safety
+    /// Whatever the SQE points to (buffers, iovecs, paths) must stay valid until its
+    /// completion, and its file descriptor open.
+    pub unsafe fn push(&self, sqe: squeue::Entry, user_data: u64) {
+        let sqe: squeue::Entry128 = sqe.user_data((user_data & !FS_BIT) | FS_BIT).into();
+        push_sqe(self.uring, &sqe);
+    }
+}
+
+/// Rings with their entries' memory, made before the INIT reply: once the kernel has taken
+/// FUSE_OVER_IO_URING it holds every request until the ring is ready, so whatever can fail
+/// (memory, io_uring setup) must fail while /dev/fuse can still be chosen instead.
+pub(crate) struct Prepared {
+    rings: Vec<(Arc<Ring>, Uring)>,
+}
+
+/// Allocates the entries and creates one io_uring per ring thread.
+pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared> {
+    let queues = kernel_queues();
+    let nthreads = if cfg.threads == 0 {
+        queues
+    } else {
+        cfg.threads.min(queues)
+    };
+    let depth = if cfg.depth == 0 { 16 } else { cfg.depth };
+    let payload = payload.max(abi::MIN_READ_BUFFER);
+    let mut rings = Vec::new();
+    for t in 0..nthreads {
+        let qids: Vec<usize> = (t..queues).step_by(nthreads).collect();
+        let n = (qids.len() * depth) as u32;
+        // The cheap check first: room for the filesystem's own SQEs (device I/O) next to
+        // the entries' commands (the kernel refuses more than 32768 SQEs).
+        let sq = n.saturating_add(1).saturating_mul(4).next_power_of_two();
+        let uring: Uring = IoUring::builder().setup_cqsize(sq * 2).build(sq)?;
+        let mut ents = Vec::new();
+        for qid in qids {
+            for _ in 0..depth {
+                ents.push(Ent {
+                    qid: qid as u16,
+                    header: Buf::new(size_of::<fuse_uring_req_header>(), 64)?,
+                    payload: Buf::new(payload, 4096)?,
+                    in_dispatch: AtomicBool::new(false),
+                });
+            }
+        }
+        // SAFETY: eventfd(2); the descriptor is owned at once.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let ring = Arc::new(Ring {
+            ents,
+            done: Mutex::new(Vec::new()),
+            // SAFETY: just created, owned by nothing else.
+            wake: unsafe { OwnedFd::from_raw_fd(efd) },
+            thread: std::sync::OnceLock::new(),
+            stop: AtomicBool::new(false),
+        });
+        rings.push((ring, uring));
+    }
+    Ok(Prepared { rings })
+}
+
+impl Prepared {
+    /// Starts the ring threads and registers their entries (after the INIT reply); returns
+    /// once every entry is submitted (the kernel switches to the ring when all queues have
+    /// entries).
+    pub(crate) fn start<F: Filesystem>(
+        self,
+        fd: Arc<OwnedFd>,
+        shared: Arc<Shared<F>>,
+    ) -> io::Result<Rings> {
+        let mut rings = Vec::new();
+        let mut threads = Vec::new();
+        for (t, (ring, uring)) in self.rings.into_iter().enumerate() {
+            let (r, f, s) = (ring.clone(), fd.clone(), shared.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{t}"))
+                    .spawn(move || ring_thread(t, uring, r, f, s, tx))?,
+            );
+            rings.push(ring);
+            // Registration errors (EOPNOTSUPP, EINVAL) come back as the first completions.
+            let started = match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::other("ring thread did not start")),
+            };
+            if let Err(e) = started {
+                Rings { rings, threads }.stop();
+                return Err(e);
+            }
+        }
+        Ok(Rings { rings, threads })
+    }
+}
+
+/// A URING_CMD for entry `idx`.
+fn command(
+    fd: i32,
+    ent: &Ent,
+    idx: usize,
+    cmd: u32,
+    commit_id: u64,
+    iov: *const libc::iovec,
+) -> squeue::Entry128 {
+    let req = fuse_uring_cmd_req {
+        flags: 0,
+        commit_id,
+        qid: ent.qid,
+        padding: [0; 6],
+    };
+    let mut area = [0u8; 80];
+    area[..size_of::<fuse_uring_cmd_req>()].copy_from_slice(abi::bytes(&req));
+    let mut op = opcode::UringCmd80::new(types::Fd(fd), cmd).cmd(area);
+    if cmd == FUSE_IO_URING_CMD_REGISTER {
+        op = op.addr(Some(iov as u64));
+    }
+    let sqe = op.build().user_data(idx as u64);
+    if cmd != FUSE_IO_URING_CMD_REGISTER {
+        return sqe;
+    }
+    // REGISTER wants sqe->len = 2 (header and payload iovecs), which the crate's builder does
+    // not set: patch the `len` field (offset 24 of io_uring_sqe).
+    // SAFETY: Entry128 is repr(C), 128 bytes of plain integers.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+    raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+    // SAFETY: the same bytes with one integer field changed.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+fn ring_thread<F: Filesystem>(
+    thread: usize,
+    uring: Uring,
+    ring: Arc<Ring>,
+    fd: Arc<OwnedFd>,
+    shared: Arc<Shared<F>>,
+    started: std::sync::mpsc::Sender<io::Result<()>>,
+) {
+    let _ = ring.thread.set(std::thread::current().id());
+    let raw = fd.as_raw_fd();
+    let proto = shared.proto.get().copied().unwrap_or_default();
+    // The iovecs REGISTER points at: read by the kernel during submission only.
+    let iovs: Vec<[libc::iovec; 2]> = ring
+        .ents
+        .iter()
+        .map(|e| {
+            [
+                libc::iovec {
+                    iov_base: e.header.ptr.cast(),
+                    iov_len: e.header.len(),
+                },
+                libc::iovec {
+                    iov_base: e.payload.ptr.cast(),
+                    iov_len: e.payload.len(),
+                },
+            ]
+        })
+        .collect();
+    let n = ring.ents.len();
+    // The last command per entry (to resubmit on EAGAIN/EINTR) and its commit id.
+    let mut last: Vec<(u32, u64)> = vec![(FUSE_IO_URING_CMD_REGISTER, 0); n];
+    let mut live = n;
+    let push = |uring: &Uring, sqe: &squeue::Entry128| push_sqe(uring, sqe);
+    let ctx = RingCtx {
+        uring: &uring,
+        thread,
+    };
+    for (i, e) in ring.ents.iter().enumerate() {
+        push(
+            &uring,
+            &command(raw, e, i, FUSE_IO_URING_CMD_REGISTER, 0, iovs[i].as_ptr()),
+        );
+    }
+    let poll = opcode::PollAdd::new(types::Fd(ring.wake.as_raw_fd()), libc::POLLIN as u32)
+        .build()
+        .user_data(WAKE);
+    push(&uring, &poll.clone().into());
+    if let Err(e) = uring.submit() {
+        let _ = started.send(Err(e));
+        return;
+    }
+    // A REGISTER fails at once (its completion is posted during the submit); a good one
+    // completes only when a request comes. So what is in the queue now tells.
+    // SAFETY (every completion_shared): only this thread reads the completion queue.
+    let mut cqes: Vec<(u64, i32)> = unsafe { uring.completion_shared() }
+        .map(|c| (c.user_data(), c.result()))
+        .collect();
+    let failed = cqes
+        .iter()
+        .find(|&&(d, r)| d != WAKE && r < 0 && r != -libc::EAGAIN && r != -libc::EINTR);
+    let _ = started.send(match failed {
+        Some(&(_, r)) => Err(io::Error::from_raw_os_error(-r)),
+        None => Ok(()),
+    });
+    loop {
+        for (data, res) in cqes.drain(..) {
+            if data == WAKE {
+                let mut v = 0u64;
+                // SAFETY: reads 8 bytes into a local from our non-blocking eventfd.
+                unsafe { libc::read(ring.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                push(&uring, &poll.clone().into());
+                continue;
+            }
+            if data & FS_BIT != 0 {
+                shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
+                continue;
+            }
+            let idx = data as usize;
+            if idx >= n {
+                continue;
+            }
+            if res < 0 {
+                match -res {
+                    libc::EAGAIN | libc::EINTR => {
+                        let (cmd, id) = last[idx];
+                        let sqe = command(raw, &ring.ents[idx], idx, cmd, id, iovs[idx].as_ptr());
+                        push(&uring, &sqe);
+                    }
+                    e => {
+                        // ENOTCONN/ECONNABORTED: the connection ended (unmount).
+                        if !matches!(e, libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV) {
+                            let e = io::Error::from_raw_os_error(e);
+                            log::warn!("fuse ring entry {idx}: {e}");
+                        }
+                        live -= 1;
+                    }
+                }
+                continue;
+            }
+            last[idx].1 = handle(&ring, idx, &shared, &proto, &ctx);
+        }
+        // Commit what was answered (inline or from other threads) and fetch the next.
+        let done = std::mem::take(&mut *ring.done.lock());
+        for d in done {
+            let idx = match d {
+                Done::InPlace(idx) => idx,
+                Done::Owned(idx, header, body) => {
+                    ring.fill(idx, &header, &[&body]);
+                    idx
+                }
+            };
+            last[idx].0 = FUSE_IO_URING_CMD_COMMIT_AND_FETCH;
+            let cmd = FUSE_IO_URING_CMD_COMMIT_AND_FETCH;
+            let sqe = command(
+                raw,
+                &ring.ents[idx],
+                idx,
+                cmd,
+                last[idx].1,
+                iovs[idx].as_ptr(),
+            );
+            push(&uring, &sqe);
+        }
+        if live == 0 || ring.stop.load(Ordering::Acquire) {
+            break;
+        }
+        match uring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => {
+                log::warn!("io_uring wait: {e}");
+                break;
+            }
+        }
+        cqes.extend(unsafe { uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+    }
+}
+
+/// Decodes entry `idx`'s request and dispatches it; returns its commit id.
+fn handle<F: Filesystem>(
+    ring: &Arc<Ring>,
+    idx: usize,
+    shared: &Shared<F>,
+    proto: &Proto,
+    ctx: &RingCtx<'_>,
+) -> u64 {
+    let ent = &ring.ents[idx];
+    // SAFETY: the kernel filled the header buffer before completing the command; we copy it
+    // out, so no borrow of it outlives this line.
+    let h: fuse_uring_req_header = unsafe { std::ptr::read_unaligned(ent.header.ptr.cast()) };
+    let commit_id = h.ring_ent_in_out.commit_id;
+    let Some(inh) = abi::read::<fuse_in_header>(&h.in_out) else {
+        return commit_id;
+    };
+    let size = (h.ring_ent_in_out.payload_sz as usize).min(ent.payload.len());
+    let arg0_len = request::first_arg_len(inh.opcode, proto).min(FUSE_URING_OP_IN_OUT_SZ);
+    ent.in_dispatch.store(true, Ordering::Release);
+    // SAFETY: the payload is ours until we commit; replies sent while this borrow lives copy
+    // their bytes elsewhere (in_dispatch).
+    let rest = unsafe { std::slice::from_raw_parts(ent.payload.ptr, size) };
+    let sink = Box::new(UringSink {
+        ring: ring.clone(),
+        idx,
+        req_payload: size,
+    });
+    match request::decode(&inh, &h.op_in[..arg0_len], rest, proto) {
+        Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink), Some(ctx)),
+        Err(e) => {
+            log::warn!("undecodable request over io_uring: {e}");
+            Reply::new(inh.unique, sink).error(libc::EIO);
+        }
+    }
+    ent.in_dispatch.store(false, Ordering::Release);
+    commit_id
+}
