@@ -43,6 +43,10 @@ pub fn apply_mount_options(config: &mut mountcfg::Config, opts: &str) -> Result<
             ("default_permissions", None) => m.default_permissions = true,
             ("no_default_permissions", None) => m.default_permissions = false,
             ("ro", None) => m.read_only = true,
+            ("degraded", None) => {
+                m.degraded = true;
+                m.read_only = true;
+            }
             ("rw", None) => m.read_only = false,
             ("writeback_cache", None) => m.writeback_cache = true,
             ("no_writeback_cache", None) => m.writeback_cache = false,

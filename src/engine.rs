@@ -341,6 +341,8 @@ pub struct Status {
     pub namespace: PathBuf,
     pub namespace_store: crate::namespace::StoreHealth,
     pub devices: Vec<DeviceStatus>,
+    /// Mounted with devices missing (read-only, `--degraded`).
+    pub degraded: bool,
     pub layout: String,
     pub stripe_size: u32,
     pub width: u32,
@@ -423,7 +425,17 @@ impl Engine {
         mountpoint: &Path,
         cache_reset: CacheReset,
     ) -> Result<Engine> {
-        let mut volume = Volume::open(&config.volume.devices)?;
+        let mut volume = Volume::open_with(&config.volume.devices, config.mount.degraded)?;
+        if config.mount.degraded && config.volume.meta.is_none() {
+            let first = volume.missing().contains(&0);
+            if first {
+                return Err(Error::Usage(format!(
+                    "device 0 ({}) is missing, and the namespace (names, sizes, layouts) lives \
+                     on it: the volume cannot be mounted, even degraded",
+                    volume.device_path(0).display()
+                )));
+            }
+        }
         for e in &config.volume.emulate {
             let model = device_model(e)?;
             for &d in &e.devices {
@@ -1225,11 +1237,19 @@ impl Engine {
         let models = self.volume.models();
         let health = self.volume.health();
         let listed_as = self.volume.listed_as();
+        let missing = self.volume.missing();
         let devices: Vec<DeviceStatus> = space
             .iter()
             .enumerate()
             .map(|(index, s)| DeviceStatus {
-                state: if health[index].failed { "failed" } else { "ok" }.into(),
+                state: if missing.contains(&index) {
+                    "missing"
+                } else if health[index].failed {
+                    "failed"
+                } else {
+                    "ok"
+                }
+                .into(),
                 read_errors: health[index].read_errors,
                 write_errors: health[index].write_errors,
                 injected_faults: health[index].faults,
@@ -1253,6 +1273,7 @@ impl Engine {
             namespace: namespace_path(&self.config),
             namespace_store: self.ns.store_health(),
             devices,
+            degraded: !missing.is_empty(),
             layout: format!(
                 "stripe_size={} width={}",
                 mountcfg::format_size(layout.stripe_size as u64),

@@ -344,3 +344,71 @@ fn a_failed_device_runs_the_on_event_program() {
     fs::rename(&gone, &v.devices[1]).unwrap();
     v.umount();
 }
+
+/// A lost device: mount refuses and points at --degraded; `--degraded` mounts read-only, files
+/// without data on the lost device read as ever, the others give EIO, `find` names them, and
+/// `status` says so. With the device back, a normal mount has everything.
+#[test]
+fn a_volume_with_a_lost_device_mounts_degraded_read_only() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    let pinned = |name: &str, device: u32, data: &[u8]| {
+        let p = v.path(name);
+        File::create(&p).unwrap();
+        setxattr(
+            &p,
+            "user.stripefs.layout",
+            format!("stripe_size=64K width=1 first_device={device}").as_bytes(),
+        )
+        .unwrap();
+        fs::write(&p, data).unwrap();
+    };
+    let a = vec![7u8; 100_000];
+    pinned("on0", 0, &a);
+    pinned("on2", 2, &a);
+    fs::write(v.path("wide"), vec![9u8; 1 << 20]).unwrap();
+    v.umount();
+    let gone = v.root.path().join("d2.gone");
+    fs::rename(&v.devices[2], &gone).unwrap();
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--degraded"), "{err}");
+
+    stripefs_ok(&["mount", v.cfg(), v.mnt_str(), "--degraded"]);
+    let guard = MountGuard(v.mnt.clone());
+    let st = status(&v);
+    assert_eq!(st["degraded"], true, "{st}");
+    assert_eq!(st["devices"][2]["state"], "missing", "{st}");
+    assert!(stripefs_ok(&["status", v.mnt_str()]).contains("DEGRADED"));
+    assert_eq!(fs::read(v.path("on0")).unwrap(), a);
+    let e = fs::read(v.path("on2")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let e = fs::read(v.path("wide")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let e = fs::write(v.path("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let lost = stripefs_ok(&["find", v.mnt_str(), "--device", "2"]);
+    let lost: Vec<&str> = lost
+        .lines()
+        .map(|l| l.trim_start_matches(v.mnt_str()))
+        .collect();
+    assert_eq!(lost, ["/on2", "/wide"]);
+    drop(guard);
+
+    fs::rename(&gone, &v.devices[2]).unwrap();
+    v.mount();
+    assert_eq!(fs::read(v.path("on2")).unwrap(), a);
+    assert_eq!(fs::read(v.path("wide")).unwrap(), vec![9u8; 1 << 20]);
+    v.umount();
+    v.assert_fsck_clean("after a degraded mount");
+}
+
+/// Unmounts a mount made outside `TestVolume`, also when the test fails.
+struct MountGuard(std::path::PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = stripefs(&["umount", self.0.to_str().unwrap()]);
+    }
+}

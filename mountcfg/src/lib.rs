@@ -152,6 +152,9 @@ pub struct VolumeSection {
     /// Object I/O in whole 4K blocks with O_DIRECT (`device_io = "direct"`, the default), so the devices'
     /// own speed shows instead of the page cache's.
     pub direct_device_io: bool,
+    /// Listed devices whose directory does not exist (line, message): an error, except for a
+    /// degraded mount (`load_degraded`), which mounts without them.
+    pub absent: Vec<(usize, String)>,
 }
 
 /// One `[[volume.fault]]`: I/O of these devices fails.
@@ -253,6 +256,8 @@ pub struct MountSection {
     /// A program run on events (a device failed, the cache gave up, write-back failing), as
     /// `mdadm --monitor --program`: `PROGRAM EVENT MOUNTPOINT [DEVICE]`.
     pub on_event: Option<PathBuf>,
+    /// Mount with listed devices missing, read-only (`-o degraded`, `--degraded`): a rescue.
+    pub degraded: bool,
 }
 
 impl MountSection {
@@ -309,6 +314,7 @@ impl Default for MountSection {
             sync: false,
             dirsync: false,
             on_event: None,
+            degraded: false,
         }
     }
 }
@@ -327,6 +333,7 @@ impl Config {
                 controller: None,
                 faults: Vec::new(),
                 direct_device_io: true,
+                absent: Vec::new(),
             },
             mount: MountSection::default(),
             cache: None,
@@ -506,12 +513,34 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(&text, path)
 }
 
+/// Reads and validates a config file for a degraded mount: listed devices that do not exist
+/// are kept in `volume.absent` instead of refused.
+pub fn load_degraded(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_with(&text, path, true)
+}
+
 /// Parses and validates config text; `path` names it in messages and anchors relative paths.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    parse_with(text, path, false)
+}
+
+fn parse_with(text: &str, path: &Path, allow_absent: bool) -> Result<Config, ConfigError> {
     let ctx = Ctx { text, path };
     let raw: RawConfig = toml::from_str(text).map_err(|e| ctx.toml_error(&e))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let volume = validate_volume(&ctx, raw.volume, base)?;
+    if let (false, Some((line, message))) = (allow_absent, volume.absent.first()) {
+        return Err(ConfigError::Invalid {
+            file: path.display().to_string(),
+            line: *line,
+            key: "volume.devices".into(),
+            message: message.clone(),
+        });
+    }
     let mount = match raw.mount {
         Some(m) => validate_mount(&ctx, m)?,
         None => MountSection::default(),
@@ -592,6 +621,7 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         ));
     }
     let mut devices = Vec::with_capacity(list.len());
+    let mut absent = Vec::new();
     let mut seen = HashSet::new();
     for dev in list {
         let span = dev.span();
@@ -600,13 +630,27 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
             return Err(ctx.err(span, "volume.devices", "a device path is empty"));
         }
         let path = base.join(&text);
-        let meta = std::fs::metadata(&path).map_err(|e| {
-            ctx.err(
-                span.clone(),
-                "volume.devices",
-                format!("\"{text}\": {}", describe_io(&e)),
-            )
-        })?;
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                absent.push((
+                    ctx.line_of(span.start),
+                    format!(
+                        "\"{text}\": does not exist (a lost device: --degraded mounts the rest \
+                         read-only)"
+                    ),
+                ));
+                devices.push(path);
+                continue;
+            }
+            Err(e) => {
+                return Err(ctx.err(
+                    span.clone(),
+                    "volume.devices",
+                    format!("\"{text}\": {}", describe_io(&e)),
+                ))
+            }
+        };
         if !meta.is_dir() {
             return Err(ctx.err(
                 span,
@@ -735,6 +779,7 @@ fn validate_volume(ctx: &Ctx, raw: RawVolume, base: &Path) -> Result<VolumeSecti
         controller,
         faults,
         direct_device_io,
+        absent,
     })
 }
 

@@ -118,7 +118,7 @@ fn bad_configs_name_file_line_and_key() {
         ),
         (
             "[volume]\ndevices = [\"d0\",\n  \"nope\"]\n",
-            "vol.toml:3: volume.devices: \"nope\": does not exist",
+            "vol.toml:3: volume.devices: \"nope\": does not exist (a lost device: --degraded mounts the rest read-only)",
         ),
         (
             "[volume]\ndevices = [\"plainfile\"]\n",

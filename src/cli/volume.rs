@@ -33,6 +33,10 @@ pub struct MountArgs {
     /// With --cache-reset: replace it even then, LOSING that unwritten data
     #[arg(long, requires = "cache_reset")]
     pub discard_dirty: bool,
+    /// Mount with a lost device, read-only (-o degraded): files without data on it read as
+    /// ever, the others give EIO where their data was on it
+    #[arg(long)]
+    pub degraded: bool,
     #[arg(long, hide = true)]
     pub ready_fd: Option<i32>,
 }
@@ -46,8 +50,14 @@ pub fn mount(args: MountArgs) -> Result<i32> {
         log,
         cache_reset,
         discard_dirty,
+        degraded,
         ready_fd,
     } = args;
+    let options = match (degraded, options) {
+        (true, Some(o)) => Some(format!("{o},degraded")),
+        (true, None) => Some("degraded".to_string()),
+        (false, o) => o,
+    };
     let remounting = options
         .as_deref()
         .is_some_and(|o| o.split(',').any(|x| x.trim() == "remount"));
@@ -68,7 +78,16 @@ pub fn mount(args: MountArgs) -> Result<i32> {
         (false, false) => CacheReset::Keep,
     };
     // The background daemon is this command again (with --ready-fd): warn once, here.
-    let mut cfg = load_config("mount", &config, Some(&mountpoint), ready_fd.is_none())?;
+    let degraded = options
+        .as_deref()
+        .is_some_and(|o| o.split(',').any(|x| x.trim() == "degraded"));
+    let mut cfg = load_config_as(
+        "mount",
+        &config,
+        Some(&mountpoint),
+        ready_fd.is_none(),
+        degraded,
+    )?;
     if mountpoint.is_file() {
         return Err(Error::Usage(format!(
             "the mountpoint {} is a file: it must be the directory the volume appears on \
@@ -228,6 +247,18 @@ fn load_config(
     other: Option<&Path>,
     warn: bool,
 ) -> Result<mountcfg::Config> {
+    load_config_as(command, config, other, warn, false)
+}
+
+/// As `load_config`; `degraded`: listed devices that do not exist are allowed (a degraded
+/// mount takes them as lost).
+fn load_config_as(
+    command: &str,
+    config: &Path,
+    other: Option<&Path>,
+    warn: bool,
+    degraded: bool,
+) -> Result<mountcfg::Config> {
     if config.is_dir() {
         let c = config.display();
         let swapped = other.filter(|o| {
@@ -247,7 +278,11 @@ fn load_config(
             ),
         }));
     }
-    let cfg = mountcfg::load(config)?;
+    let cfg = if degraded {
+        mountcfg::load_degraded(config)?
+    } else {
+        mountcfg::load(config)?
+    };
     if warn {
         for w in &cfg.warnings {
             eprintln!("stripefs: warning: {w}");
@@ -386,6 +421,12 @@ fn print_devices(s: &serde_json::Value) {
 fn print_status(s: &serde_json::Value) {
     let b = |k: &str| human_bytes(s[k].as_u64().unwrap_or(0));
     println!("volume      {}", s["uuid"].as_str().unwrap_or("?"));
+    if s["degraded"] == true {
+        println!(
+            "DEGRADED    mounted read-only with devices missing: files with data on them give \
+             EIO there (`stripefs find MNT --device N` lists them)"
+        );
+    }
     println!(
         "mounted on  {} (pid {})",
         s["mountpoint"].as_str().unwrap_or("?"),

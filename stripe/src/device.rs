@@ -50,8 +50,10 @@ pub struct DeviceInfo {
     pub listed_as: usize,
     pub path: PathBuf,
     pub superblock: Superblock,
+    /// Listed but gone (no directory or no superblock): a degraded mount's lost device.
+    pub missing: bool,
     /// Held for the life of the mount: a second mount of the device is refused.
-    pub(crate) _lock: File,
+    pub(crate) _lock: Option<File>,
 }
 
 fn io_err(index: usize, path: &Path, source: std::io::Error) -> StripeError {
@@ -262,32 +264,48 @@ pub fn first_device(paths: &[PathBuf]) -> Option<&PathBuf> {
 }
 
 /// Reads and checks every device's superblock and locks them; returns them in the volume's
-/// order (by the index in their superblocks), whatever the order given.
-pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
+/// order (by the index in their superblocks), whatever the order given. With
+/// `allow_missing` (a degraded mount), listed devices whose directory or superblock is gone
+/// are returned as `missing` in the places no present device claims.
+pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec<DeviceInfo>> {
     if paths.is_empty() {
         return Err(StripeError::Devices("no devices given".into()));
     }
+    let mut present: Vec<(usize, &PathBuf)> = Vec::with_capacity(paths.len());
     let mut found = Vec::with_capacity(paths.len());
-    for path in paths {
-        if !path.is_dir() {
+    let mut missing: Vec<(usize, &PathBuf, String)> = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let why = if !path.is_dir() {
+            format!("device {} is missing (no such directory)", path.display())
+        } else {
+            match read_superblock(path).map_err(StripeError::Devices)? {
+                Some(sb) => {
+                    present.push((i, path));
+                    found.push(sb);
+                    continue;
+                }
+                None => format!(
+                    "device {} holds no stripefs volume (no {META_DIR}/{SUPERBLOCK}); is it \
+                     the right directory (is its disk mounted?), and was `stripefs mkfs` run?",
+                    path.display()
+                ),
+            }
+        };
+        if !allow_missing {
             return Err(StripeError::Devices(format!(
-                "device {} is missing (no such directory)",
-                path.display()
+                "{why}. A volume with a device lost can be mounted read-only with --degraded"
             )));
         }
-        match read_superblock(path).map_err(StripeError::Devices)? {
-            Some(sb) => found.push(sb),
-            None => {
-                return Err(StripeError::Devices(format!(
-                    "device {} holds no stripefs volume (no {META_DIR}/{SUPERBLOCK}); \
-                     is it the right directory, and was `stripefs mkfs` run?",
-                    path.display()
-                )))
-            }
-        }
+        missing.push((i, path, why));
     }
-    check_same_volume(paths, &found)?;
-    for (i, (path, sb)) in paths.iter().zip(&found).enumerate() {
+    if found.is_empty() {
+        return Err(StripeError::Devices(
+            "none of the listed devices holds a stripefs volume: nothing to mount".into(),
+        ));
+    }
+    let present_paths: Vec<PathBuf> = present.iter().map(|(_, p)| (*p).clone()).collect();
+    check_same_volume(&present_paths, &found)?;
+    for (k, ((_, path), sb)) in present.iter().zip(&found).enumerate() {
         if sb.device_count as usize != paths.len() {
             return Err(StripeError::Devices(format!(
                 "volume {} has {} devices, but {} are listed (device {} says it is {} of {})",
@@ -301,14 +319,14 @@ pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
         }
         // The list may be in any order: each device is found by its superblock, as mdadm
         // assembles by UUID. Two entries claiming one place are two copies of a device.
-        if let Some(j) = found[..i]
+        if let Some(j) = found[..k]
             .iter()
             .position(|o| o.device_index == sb.device_index)
         {
             return Err(StripeError::Devices(format!(
                 "devices {} and {} both say they are device {} of volume {}: one is a copy \
                  of the other (or the same directory listed twice); list each device once",
-                paths[j].display(),
+                present[j].1.display(),
                 path.display(),
                 sb.device_index,
                 sb.volume_uuid
@@ -323,15 +341,26 @@ pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
             )));
         }
     }
-    let mut listed: Vec<(usize, &PathBuf, Superblock)> = paths
-        .iter()
-        .zip(found)
-        .enumerate()
-        .map(|(i, (p, sb))| (i, p, sb))
-        .collect();
-    listed.sort_by_key(|(_, _, sb)| sb.device_index);
+    // Missing devices take the places no present device claims, in the order listed.
+    let claimed: Vec<u32> = found.iter().map(|sb| sb.device_index).collect();
+    let free = (0..paths.len() as u32).filter(|i| !claimed.contains(i));
     let mut devices = Vec::with_capacity(paths.len());
-    for (listed_as, path, superblock) in listed {
+    for ((listed_as, path, why), index) in missing.into_iter().zip(free) {
+        log::error!("DEVICE MISSING: {why}; mounted degraded as device {index}");
+        let superblock = Superblock {
+            device_index: index,
+            ..found[0].clone()
+        };
+        devices.push(DeviceInfo {
+            index: index as usize,
+            listed_as,
+            path: path.clone(),
+            superblock,
+            missing: true,
+            _lock: None,
+        });
+    }
+    for ((listed_as, path), superblock) in present.into_iter().zip(found) {
         let index = superblock.device_index as usize;
         let lock = lock_device(index, path)?;
         devices.push(DeviceInfo {
@@ -339,9 +368,11 @@ pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
             listed_as,
             path: path.clone(),
             superblock,
-            _lock: lock,
+            missing: false,
+            _lock: Some(lock),
         });
     }
+    devices.sort_by_key(|d| d.index);
     Ok(devices)
 }
 
@@ -361,6 +392,41 @@ mod tests {
         (root, paths)
     }
 
+    fn open_devices_test(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
+        open_devices(paths, false)
+    }
+
+    #[test]
+    fn a_lost_device_is_refused_unless_degraded() {
+        let (root, paths) = dirs(3);
+        fmt(&paths, false).unwrap();
+        let gone = root.path().join("d1.gone");
+        fs::rename(&paths[1], &gone).unwrap();
+        let e = open_devices(&paths, false).unwrap_err().to_string();
+        assert!(e.contains("is missing") && e.contains("--degraded"), "{e}");
+        let devs = open_devices(
+            &[paths[2].clone(), paths[1].clone(), paths[0].clone()],
+            true,
+        )
+        .unwrap();
+        let seen: Vec<(usize, bool, &PathBuf)> =
+            devs.iter().map(|d| (d.index, d.missing, &d.path)).collect();
+        assert_eq!(
+            seen,
+            [
+                (0, false, &paths[0]),
+                (1, true, &paths[1]),
+                (2, false, &paths[2])
+            ]
+        );
+        drop(devs);
+        // Not one device left: nothing to mount.
+        fs::rename(&paths[0], root.path().join("d0.gone")).unwrap();
+        fs::rename(&paths[2], root.path().join("d2.gone")).unwrap();
+        let e = open_devices(&paths, true).unwrap_err().to_string();
+        assert!(e.contains("nothing to mount"), "{e}");
+    }
+
     fn fmt(paths: &[PathBuf], force: bool) -> Result<Uuid> {
         format(&FormatOptions {
             devices: paths,
@@ -374,7 +440,7 @@ mod tests {
     fn format_then_open() {
         let (_root, paths) = dirs(3);
         let uuid = fmt(&paths, false).unwrap();
-        let devs = open_devices(&paths).unwrap();
+        let devs = open_devices_test(&paths).unwrap();
         assert_eq!(devs.len(), 3);
         assert!(devs.iter().all(|d| d.superblock.volume_uuid == uuid));
         assert_eq!(devs[2].superblock.device_index, 2);
@@ -398,7 +464,7 @@ mod tests {
 
         // Any order: each is found by its superblock.
         let swapped = vec![paths[2].clone(), paths[0].clone(), paths[1].clone()];
-        let devs = open_devices(&swapped).unwrap();
+        let devs = open_devices_test(&swapped).unwrap();
         let order: Vec<(usize, usize, &PathBuf)> = devs
             .iter()
             .map(|d| (d.index, d.listed_as, &d.path))
@@ -418,18 +484,18 @@ mod tests {
             copy.join(META_DIR).join(SUPERBLOCK),
         )
         .unwrap();
-        let e = open_devices(&[paths[0].clone(), paths[1].clone(), copy.clone()])
+        let e = open_devices_test(&[paths[0].clone(), paths[1].clone(), copy.clone()])
             .unwrap_err()
             .to_string();
         assert!(e.contains("both say they are device 1"), "{e}");
         assert!(e.contains(&copy.display().to_string()), "{e}");
 
         let short = vec![paths[0].clone(), paths[1].clone()];
-        let e = open_devices(&short).unwrap_err().to_string();
+        let e = open_devices_test(&short).unwrap_err().to_string();
         assert!(e.contains("has 3 devices, but 2 are listed"), "{e}");
 
         let foreign = vec![paths[0].clone(), paths[1].clone(), paths[3].clone()];
-        let e = open_devices(&foreign).unwrap_err().to_string();
+        let e = open_devices_test(&foreign).unwrap_err().to_string();
         assert!(
             e.contains(&format!("device {} belongs to volume", paths[3].display())),
             "{e}"
@@ -437,7 +503,7 @@ mod tests {
 
         let blank = _root.path().join("blank");
         fs::create_dir(&blank).unwrap();
-        let e = open_devices(&[paths[0].clone(), paths[1].clone(), blank.clone()])
+        let e = open_devices_test(&[paths[0].clone(), paths[1].clone(), blank.clone()])
             .unwrap_err()
             .to_string();
         assert!(
@@ -449,7 +515,7 @@ mod tests {
         );
 
         let gone = _root.path().join("gone");
-        let e = open_devices(std::slice::from_ref(&gone))
+        let e = open_devices_test(std::slice::from_ref(&gone))
             .unwrap_err()
             .to_string();
         assert!(
@@ -462,12 +528,12 @@ mod tests {
     fn a_second_open_is_refused_while_the_first_holds_the_lock() {
         let (_root, paths) = dirs(2);
         fmt(&paths, false).unwrap();
-        let held = open_devices(&paths).unwrap();
-        let e = open_devices(&paths).unwrap_err().to_string();
+        let held = open_devices_test(&paths).unwrap();
+        let e = open_devices_test(&paths).unwrap_err().to_string();
         assert!(e.contains("in use by another stripefs mount"), "{e}");
         let e = fmt(&paths, true).unwrap_err().to_string();
         assert!(e.contains("in use"), "{e}");
         drop(held);
-        open_devices(&paths).unwrap();
+        open_devices_test(&paths).unwrap();
     }
 }

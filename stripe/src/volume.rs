@@ -75,8 +75,9 @@ struct Objects {
 struct DeviceSet {
     devices: Vec<DeviceInfo>,
     health: Vec<Health>,
-    /// Each device's object directory, held open: objects are opened beneath it.
-    objects: Vec<OwnedFd>,
+    /// Each device's object directory, held open: objects are opened beneath it (none for a
+    /// device missing at a degraded mount).
+    objects: Vec<Option<OwnedFd>>,
 }
 
 impl DeviceSet {
@@ -293,12 +294,18 @@ pub const DEFAULT_IO_THREADS: usize = 8;
 impl Volume {
     /// Opens the devices, in the volume's order whatever the order given; refuses a wrong set.
     pub fn open(paths: &[PathBuf]) -> Result<Volume> {
-        let devices = open_devices(paths)?;
+        Volume::open_with(paths, false)
+    }
+
+    /// As `open`; `degraded`: listed devices that are gone are taken as failed (their I/O
+    /// fails with EIO) instead of refusing the volume (a read-only rescue mount).
+    pub fn open_with(paths: &[PathBuf], degraded: bool) -> Result<Volume> {
+        let devices = open_devices(paths, degraded)?;
         let uuid = devices[0].superblock.volume_uuid;
         let health = devices
             .iter()
             .map(|d| Health {
-                failed: AtomicBool::new(false),
+                failed: AtomicBool::new(d.missing),
                 read_errors: AtomicU64::new(0),
                 write_errors: AtomicU64::new(0),
                 identity: identity(&d.path),
@@ -309,14 +316,22 @@ impl Volume {
         let objects = devices
             .iter()
             .map(|d| {
-                objects_dir(&d.path).map_err(|e| StripeError::Io {
+                if d.missing {
+                    return Ok(None);
+                }
+                objects_dir(&d.path).map(Some).map_err(|e| StripeError::Io {
                     index: d.index,
                     path: d.path.clone(),
                     source: e,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let max_object_len = objects.iter().map(largest_file).min().unwrap_or(0);
+        let max_object_len = objects
+            .iter()
+            .flatten()
+            .map(largest_file)
+            .min()
+            .unwrap_or(0);
         Ok(Volume {
             max_object_len,
             emulated: devices.iter().map(|_| None).collect(),
@@ -410,18 +425,15 @@ impl Volume {
         if !self.direct.load(Relaxed) || !aligned {
             return None;
         }
+        let dir = self.set.objects[device].as_ref()?;
         objs.direct[device]
             .get_or_init(|| {
-                open_beneath(
-                    &self.set.objects[device],
-                    &object_rel(ino),
-                    libc::O_RDWR | libc::O_DIRECT,
-                )
-                .inspect_err(|e| {
-                    log::debug!("no O_DIRECT for object {ino} on device {device}: {e}")
-                })
-                .ok()
-                .map(Arc::new)
+                open_beneath(dir, &object_rel(ino), libc::O_RDWR | libc::O_DIRECT)
+                    .inspect_err(|e| {
+                        log::debug!("no O_DIRECT for object {ino} on device {device}: {e}")
+                    })
+                    .ok()
+                    .map(Arc::new)
             })
             .clone()
     }
@@ -474,6 +486,16 @@ impl Volume {
     }
 
     /// The model of each device, if emulated.
+    /// The devices missing at a degraded mount.
+    pub fn missing(&self) -> Vec<usize> {
+        self.set
+            .devices
+            .iter()
+            .filter(|d| d.missing)
+            .map(|d| d.index)
+            .collect()
+    }
+
     /// Each device's place in the list the volume was opened with (the config's `devices`),
     /// in the volume's order.
     pub fn listed_as(&self) -> Vec<usize> {
@@ -553,11 +575,10 @@ impl Volume {
             return Ok(Some(f.clone()));
         }
         let create = if create { libc::O_CREAT } else { 0 };
-        let opened = open_beneath(
-            &self.set.objects[device],
-            &object_rel(ino),
-            libc::O_RDWR | create,
-        );
+        let Some(dir) = self.set.objects[device].as_ref() else {
+            return Err(self.io_err(device, io::Error::from_raw_os_error(libc::EIO)));
+        };
+        let opened = open_beneath(dir, &object_rel(ino), libc::O_RDWR | create);
         match opened {
             Ok(f) => {
                 let _ = slot.set(Arc::new(f));
@@ -566,7 +587,7 @@ impl Volume {
             // A device gone read-only still serves reads; not kept, so a write later meets
             // EROFS, not a read-only descriptor.
             Err(e) if e.raw_os_error() == Some(libc::EROFS) && create == 0 => {
-                open_beneath(&self.set.objects[device], &object_rel(ino), libc::O_RDONLY)
+                open_beneath(dir, &object_rel(ino), libc::O_RDONLY)
                     .map(|f| Some(Arc::new(f)))
                     .map_err(|e| self.io_err(device, e))
             }
