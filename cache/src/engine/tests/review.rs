@@ -450,3 +450,58 @@ fn power_cut_after_write_back(purge: bool) {
     let kept = after.bytes(1, 0, 4096).iter().filter(|&&b| b == 7).count();
     assert_eq!(kept, 4096, "object 1's fsynced data was lost at the power cut (purge: {purge})");
 }
+
+/// Not a defect (a check): alru and acp over several shards pick as over one: alru the
+/// oldest writes of the whole cache, acp the dirtiest chunk in address order.
+#[test]
+fn cleaning_across_shards_picks_as_over_one() {
+    use crate::clock::ManualClock;
+    use crate::mode::Cleaner;
+    for acp in [false, true] {
+        let clock = Arc::new(ManualClock::new());
+        let core = Arc::new(Core::default());
+        let cleaner = Cleaner {
+            flush_max_buffers: 3,
+            staleness: std::time::Duration::from_secs(5),
+            dirty_ratio_threshold: 100,
+            ..if acp { Cleaner::acp() } else { Cleaner::alru() }
+        };
+        let cache = Cache::open(
+            CacheConfig {
+                shards: 4,
+                clock: Some(clock.clone()),
+                policy: Policy {
+                    seq_cutoff: SeqCutoff::Never,
+                    cleaner,
+                    ..Policy::default()
+                },
+                ..config(StoreKind::Ram, 64 * 4096, 4096, Mode::Wb)
+            },
+            core.clone(),
+        )
+        .unwrap();
+        assert_eq!(cache.shard_count(), 4);
+        // Lines 7, 6, ..., 0 of object 1, a second apart (line 7 oldest); then 2 of object 2.
+        for l in (0..8u64).rev() {
+            cache.write(1, l * 4096, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+            clock.advance(std::time::Duration::from_secs(1));
+        }
+        for l in 0..2u64 {
+            cache.write(2, l * 4096, &[1u8; 4096], DEFAULT_CLASS).unwrap();
+        }
+        clock.advance(std::time::Duration::from_secs(20));
+        assert_eq!(cache.clean_pass().unwrap(), 3);
+        let left: Vec<u64> = {
+            let mut k: Vec<(u64, u64)> = cache.dirty_keys();
+            k.sort_unstable();
+            k.into_iter().filter(|k| k.0 == 1).map(|k| k.1).collect()
+        };
+        if acp {
+            // The dirtiest chunk (object 1's), lowest lines first.
+            assert_eq!(left, [3, 4, 5, 6, 7], "acp");
+        } else {
+            // The oldest writes: lines 7, 6, 5.
+            assert_eq!(left, [0, 1, 2, 3, 4], "alru");
+        }
+    }
+}
