@@ -113,6 +113,18 @@ impl Cache {
                     out.busy += 1;
                     continue;
                 }
+                if disk_dirty {
+                    // Written back, its record not yet rewritten: the core may not hold it
+                    // durably yet. The core first, then the record that drops it.
+                    let object = g.slots[s as usize].key().map(|k| k.0);
+                    if let Some(Err(e)) = object.map(|o| self.backend.sync(o)) {
+                        if r.is_ok() {
+                            r = Err(e);
+                        }
+                        out.dirty_kept += 1;
+                        continue;
+                    }
+                }
                 g.detach(s);
                 g.give_back(s);
                 out.lines += 1;

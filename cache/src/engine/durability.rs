@@ -68,10 +68,24 @@ impl Cache {
         }
         if keep_to < start + self.line {
             let cut = !mask(0, (keep_to - start) / SECTOR);
+            let cut_dirty = g.slots[s as usize].dirty & cut != 0;
             let dirty = g.slots[s as usize].dirty & !cut;
             g.slots[s as usize].valid &= !cut;
             // Through set_dirty: a line left clean moves to its clean list.
             g.set_dirty(s, dirty, now);
+            if g.slots[s as usize].valid == 0 {
+                g.detach(s);
+                if g.slots[s as usize].disk_dirty {
+                    self.record_locked(g, s)?;
+                }
+                g.give_back(s);
+                return Ok(());
+            }
+            // The record follows (synced by `recover`): one that still said the clipped
+            // sectors are dirty would bring them back at the next crash once the file grows.
+            if cut_dirty && g.slots[s as usize].disk_dirty {
+                self.record_locked(g, s)?;
+            }
         }
         // The sector holding the end of file: what lies past the end reads as zeros (it was
         // written before a shrink that the crash cut short).

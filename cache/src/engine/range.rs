@@ -47,10 +47,22 @@ impl Cache {
             let now = self.now();
             self.settle(&parts, None, |g, _| {
                 let disk_dirty = g.slots[s as usize].disk_dirty;
+                let cut_dirty = g.slots[s as usize].dirty & cut != 0;
                 g.slots[s as usize].valid &= !cut;
                 let dirty = g.slots[s as usize].dirty & !cut;
                 g.set_dirty(s, dirty, now);
-                if g.slots[s as usize].valid == 0 {
+                if g.slots[s as usize].valid != 0 {
+                    // A line kept in part: a record that says the cut sectors are dirty is
+                    // rewritten too (durably before truncate returns), or a crash after the
+                    // file grows back over them would write them into the hole.
+                    if disk_dirty && cut_dirty && r.is_ok() {
+                        r = match faultpoint::check("cache.record-wipe") {
+                            Some(e) => Err(e),
+                            None => self.record_locked(g, s),
+                        };
+                        wiped = true;
+                    }
+                } else {
                     g.detach(s);
                     // Wiped (durably before truncate returns), so a crash cannot bring the
                     // dropped data back.

@@ -278,7 +278,13 @@ impl Cache {
         for c in eviction::order(g, class, over_share) {
             if let Some(s) = self.eviction.victim(g, c) {
                 if g.slots[s as usize].disk_dirty {
-                    if self.write_empty_record(s).is_err() {
+                    // Clean in memory, dirty in its record: written back, but the core may
+                    // not have it durably yet (the write-back syncs it after releasing the
+                    // line). The core first, then the record that no longer holds it.
+                    let object = g.slots[s as usize].key().map(|k| k.0);
+                    if object.is_some_and(|o| self.backend.sync(o).is_err())
+                        || self.write_empty_record(s).is_err()
+                    {
                         continue;
                     }
                     g.slots[s as usize].disk_dirty = false;

@@ -11,6 +11,7 @@ mod discard;
 mod eviction;
 mod lists;
 mod modes;
+mod review;
 use std::sync::atomic::AtomicU64;
 
 /// An in-memory core that counts what reaches it.
