@@ -736,13 +736,14 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
                     "the cache is detached: its parameters are set once it is attached",
                 );
             };
-            let new = crate::caching::params::parse(spec, &cache.policy())
-                .or_else(|why| refuse(libc::EINVAL, format!("params: {why}")))?;
+            let new = match cache.update_params(|now| crate::caching::params::parse(spec, now)) {
+                Ok(new) => new,
+                Err(why) => return refuse(libc::EINVAL, format!("params: {why}")),
+            };
             log::info!(
                 "uid {uid} set the cache's parameters: {}",
                 crate::caching::params::format(&new)
             );
-            cache.set_policy(new);
             Ok(())
         }
         Key::Failpoint if ino == ROOT && uid == 0 => {

@@ -228,7 +228,14 @@ impl Cache {
                 } else {
                     base + per_shard
                 };
-                Shard::new(base..end, default.clone(), chunk_lines, now, totals.clone())
+                Shard::new(
+                    (k, nshards),
+                    base..end,
+                    default.clone(),
+                    chunk_lines,
+                    now,
+                    totals.clone(),
+                )
             })
             .collect();
         let shard_of_slot = |s: u32| ((s / per_shard) as usize).min(nshards - 1);
@@ -493,6 +500,23 @@ impl Cache {
     pub fn set_policy(&self, policy: Policy) {
         self.set_cleaner(policy.cleaner.clone());
         let mut g = self.shared.lock();
+        self.apply_params(&mut g, policy);
+    }
+
+    /// Changes every setting but the cleaner's from what they are now, in one step: `change`
+    /// sees the current settings (two changes at once never undo each other's words).
+    pub fn update_params<E>(
+        &self,
+        change: impl FnOnce(&Policy) -> Result<Policy, E>,
+    ) -> Result<Policy, E> {
+        let mut g = self.shared.lock();
+        let mut new = change(&g.policy)?;
+        new.cleaner = g.policy.cleaner.clone();
+        self.apply_params(&mut g, new.clone());
+        Ok(new)
+    }
+
+    fn apply_params(&self, g: &mut Shared, policy: Policy) {
         if g.policy.promotion != policy.promotion {
             g.promotion = promotion::from_setting(policy.promotion, self.nslots);
         }

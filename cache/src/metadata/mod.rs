@@ -53,8 +53,19 @@ pub(crate) fn shard_of(object: u64, line: u64, shards: usize) -> usize {
     if shards <= 1 {
         return 0;
     }
-    let mixed = (object.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).wrapping_add(line);
-    (mixed % shards as u64) as usize
+    (stagger(object).wrapping_add(line) % shards as u64) as usize
+}
+
+fn stagger(object: u64) -> u64 {
+    object.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
+}
+
+/// The first line from `from` on that belongs to shard `k` of `shards` (the next ones follow
+/// every `shards` lines).
+fn first_line_in(object: u64, from: u64, k: usize, shards: usize) -> u64 {
+    let n = shards.max(1) as u64;
+    let at = (stagger(object).wrapping_add(from)) % n;
+    from + (k as u64 + n - at) % n
 }
 
 pub(crate) struct Class {
@@ -99,6 +110,8 @@ pub(crate) struct Shard {
     objects: Objects,
     /// Lines held.
     pub(crate) occupied: usize,
+    /// Which shard this is, of how many: its lines of an object are every `count`-th.
+    place: (usize, usize),
     /// What slots' write times count from.
     pub(crate) epoch: Instant,
     /// Every class's lists and counters here; the settings are the same in every shard.
@@ -131,6 +144,7 @@ pub(crate) struct Shared {
 
 impl Shard {
     pub(crate) fn new(
+        place: (usize, usize),
         slots: std::ops::Range<u32>,
         default: ClassConfig,
         chunk_lines: u64,
@@ -144,6 +158,7 @@ impl Shard {
             index: Index::new(len),
             objects: Objects::default(),
             occupied: 0,
+            place,
             epoch,
             classes: vec![Some(Class::new(default))],
             links: Links::new(slots.start, len),
@@ -206,9 +221,12 @@ impl Shard {
         if from > to {
             return Vec::new();
         }
-        let mut lines: Vec<u64> = if to - from < self.slots.len() as u64 {
-            (from..=to)
-                .filter(|&l| self.lookup((object, l)).is_some())
+        let (k, n) = self.place;
+        let start = first_line_in(object, from, k, n);
+        let mut lines: Vec<u64> = if (to - from) / n as u64 <= self.slots.len() as u64 {
+            (start..=to.max(start))
+                .step_by(n)
+                .filter(|&l| l <= to && self.lookup((object, l)).is_some())
                 .collect()
         } else {
             self.cached()

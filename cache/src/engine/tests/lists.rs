@@ -199,3 +199,38 @@ fn overlapping_requests_across_shards_never_deadlock() {
     });
     check_lists(&cache, "after the flush");
 }
+
+/// An object's lines are found in every shard, by lookups of every n-th line when the span is
+/// small and by a pass over the slots when it is not: the same lines either way.
+#[test]
+fn an_objects_lines_are_found_across_shards() {
+    for shards in [1, 3, 4, 5] {
+        let core = Arc::new(Core::default());
+        let cache = Cache::open(
+            CacheConfig {
+                shards,
+                ..config(StoreKind::Ram, 200 * 4096, 4096, Mode::Wb)
+            },
+            core,
+        )
+        .unwrap();
+        // A span far wider than a shard's slots too (found by the pass over them).
+        let mut held: Vec<u64> = (0..60).map(|i| i * 7 % 61 + 1000).collect();
+        held.push(5_000_000);
+        for &l in &held {
+            cache
+                .write(42, l * 4096, &[1u8; 4096], DEFAULT_CLASS)
+                .unwrap();
+        }
+        let mut want = held.clone();
+        want.sort_unstable();
+        assert_eq!(cache.lines_of(42, 0, u64::MAX), want, "{shards} shards");
+        let some: Vec<u64> = want
+            .iter()
+            .copied()
+            .filter(|l| (1010..=1030).contains(l))
+            .collect();
+        assert_eq!(cache.lines_of(42, 1010, 1030), some, "{shards} shards");
+        assert!(cache.lines_of(43, 0, u64::MAX).is_empty());
+    }
+}

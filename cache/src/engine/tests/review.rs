@@ -59,7 +59,9 @@ fn a_shard_matches_a_model_under_random_operations() {
     use std::collections::BTreeMap;
     let totals = Arc::new(crate::metadata::Totals::default());
     let epoch = Instant::now();
+    // The only shard of one: every line of an object may be here.
     let mut g = Shard::new(
+        (0, 1),
         100..164,
         ClassConfig::new("default", Mode::Wb),
         7,
