@@ -2,6 +2,7 @@
 //! `key=value` words (`policy=alru wake_up=1s staleness=30s flush_max_buffers=128
 //! activity_threshold=0s dirty_ratio_threshold=80 dirty_ratio_inertia=128M max_mbps=0`).
 
+use super::words::words;
 use cache::{Cleaner, CleaningPolicy};
 use std::time::Duration;
 
@@ -34,24 +35,11 @@ pub fn format(c: &Cleaner) -> String {
 pub fn parse(spec: &str, base: &Cleaner) -> Result<Cleaner, String> {
     let mut c = base.clone();
     let mut wake_up = None;
-    for word in spec.split_whitespace() {
-        let (key, value) = word
-            .split_once('=')
-            .ok_or_else(|| format!("\"{word}\": settings are key=value"))?;
-        let key = key.replace('-', "_");
-        let bad = |rule: &str| format!("{key}={value}: {rule}");
-        let number = |lo: u64, hi: u64, rule: &str| -> Result<u64, String> {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| (lo..=hi).contains(n))
-                .ok_or_else(|| bad(rule))
-        };
-        let time = || mountcfg::parse_duration(value).map_err(|e| bad(&e));
-        match key.as_str() {
+    for w in words(spec)? {
+        match w.key.as_str() {
             "policy" => {
-                let p =
-                    CleaningPolicy::parse(value).ok_or_else(|| bad("must be alru, acp or nop"))?;
+                let p = CleaningPolicy::parse(w.value)
+                    .ok_or_else(|| w.bad("must be alru, acp or nop"))?;
                 if p != c.policy {
                     let fresh = if p == CleaningPolicy::Acp {
                         Cleaner::acp()
@@ -63,32 +51,31 @@ pub fn parse(spec: &str, base: &Cleaner) -> Result<Cleaner, String> {
                 }
             }
             "wake_up" => {
-                let w = time()?;
-                wake_up = Some(if w.is_zero() {
+                let t = w.duration()?;
+                wake_up = Some(if t.is_zero() {
                     Duration::from_millis(10)
                 } else {
-                    w
+                    t
                 });
             }
-            "staleness" => c.staleness = time()?,
-            "activity_threshold" => c.activity_threshold = time()?,
+            "staleness" => c.staleness = w.duration()?,
+            "activity_threshold" => c.activity_threshold = w.duration()?,
             "flush_max_buffers" => {
-                c.flush_max_buffers = number(1, 65536, "must be from 1 to 65536 lines")? as usize
+                c.flush_max_buffers = w.number(1, 65536, "must be from 1 to 65536 lines")? as usize
             }
             "dirty_ratio_threshold" => {
                 c.dirty_ratio_threshold =
-                    number(0, 100, "must be a percent from 0 to 100 (100: off)")? as u8
+                    w.number(0, 100, "must be a percent from 0 to 100 (100: off)")? as u8
             }
-            "dirty_ratio_inertia" => {
-                c.dirty_ratio_inertia = mountcfg::parse_size(value).map_err(|e| bad(&e))?
-            }
+            "dirty_ratio_inertia" => c.dirty_ratio_inertia = w.size()?,
             "max_mbps" => {
-                c.max_mbps = number(0, 1_000_000, "must be from 0 (no limit) to 1000000 MB/s")?
+                c.max_mbps = w.number(0, 1_000_000, "must be from 0 (no limit) to 1000000 MB/s")?
             }
             _ => {
                 return Err(format!(
-                    "unknown setting \"{key}\": policy, wake_up, staleness, flush_max_buffers, \
-                     activity_threshold, dirty_ratio_threshold, dirty_ratio_inertia, max_mbps"
+                    "unknown setting \"{}\": policy, wake_up, staleness, flush_max_buffers, \
+                     activity_threshold, dirty_ratio_threshold, dirty_ratio_inertia, max_mbps",
+                    w.key
                 ))
             }
         }

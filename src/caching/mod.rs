@@ -13,6 +13,7 @@ pub mod cleaner;
 mod folders;
 pub mod params;
 pub mod report;
+mod words;
 
 use crate::error::{errno, Error, Result};
 use crate::namespace::{CacheBinding, Kind, Namespace, ROOT};

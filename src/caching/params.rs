@@ -4,6 +4,7 @@
 //! seq_promotion_threshold=0 promotion=nhit nhit_hits=3 nhit_trigger=80 error_threshold=1000`;
 //! nhit's own words only with nhit).
 
+use super::words::words;
 use cache::{Policy, Promotion, SeqCutoff};
 
 fn seq_cutoff_name(s: SeqCutoff) -> &'static str {
@@ -48,56 +49,44 @@ pub fn parse(spec: &str, base: &Policy) -> Result<Policy, String> {
         } => (true, insertion_threshold, trigger_threshold),
     };
     let mut nhit_words = Vec::new();
-    for word in spec.split_whitespace() {
-        let (key, value) = word
-            .split_once('=')
-            .ok_or_else(|| format!("\"{word}\": settings are key=value"))?;
-        let key = key.replace('-', "_");
-        let bad = |rule: &str| format!("{key}={value}: {rule}");
-        let number = |lo: u64, hi: u64, rule: &str| -> Result<u64, String> {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| (lo..=hi).contains(n))
-                .ok_or_else(|| bad(rule))
-        };
-        let size = || mountcfg::parse_size(value).map_err(|e| bad(&e));
-        match key.as_str() {
+    for w in words(spec)? {
+        match w.key.as_str() {
             "seq_cutoff" => {
-                p.seq_cutoff = match value {
+                p.seq_cutoff = match w.value {
                     "always" => SeqCutoff::Always,
                     "full" => SeqCutoff::Full,
                     "never" => SeqCutoff::Never,
-                    _ => return Err(bad("must be always, full or never")),
+                    _ => return Err(w.bad("must be always, full or never")),
                 }
             }
             "seq_threshold" => {
-                p.seq_threshold = size()?;
+                p.seq_threshold = w.size()?;
                 if !(1..=1 << 40).contains(&p.seq_threshold) {
-                    return Err(bad("must be from 1 byte to 1T"));
+                    return Err(w.bad("must be from 1 byte to 1T"));
                 }
             }
             "seq_promotion_count" => {
-                p.seq_promotion_count = number(1, 65535, "must be from 1 to 65535 requests")? as u32
+                p.seq_promotion_count =
+                    w.number(1, 65535, "must be from 1 to 65535 requests")? as u32
             }
-            "seq_promotion_threshold" => p.seq_promotion_threshold = size()?,
+            "seq_promotion_threshold" => p.seq_promotion_threshold = w.size()?,
             "promotion" => {
-                nhit = match value {
+                nhit = match w.value {
                     "always" => false,
                     "nhit" => true,
-                    _ => return Err(bad("must be always or nhit")),
+                    _ => return Err(w.bad("must be always or nhit")),
                 }
             }
             "nhit_hits" => {
-                hits = number(2, 1000, "must be from 2 to 1000 misses")? as u32;
-                nhit_words.push(key.clone());
+                hits = w.number(2, 1000, "must be from 2 to 1000 misses")? as u32;
+                nhit_words.push(w.key.clone());
             }
             "nhit_trigger" => {
-                trigger = number(0, 100, "must be a percent from 0 to 100")? as u8;
-                nhit_words.push(key.clone());
+                trigger = w.number(0, 100, "must be a percent from 0 to 100")? as u8;
+                nhit_words.push(w.key.clone());
             }
             "error_threshold" => {
-                p.error_threshold = number(
+                p.error_threshold = w.number(
                     0,
                     1_000_000,
                     "must be from 0 (never pass-through) to 1000000",
@@ -105,9 +94,10 @@ pub fn parse(spec: &str, base: &Policy) -> Result<Policy, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown setting \"{key}\": seq_cutoff, seq_threshold, \
+                    "unknown setting \"{}\": seq_cutoff, seq_threshold, \
                      seq_promotion_count, seq_promotion_threshold, promotion, nhit_hits, \
-                     nhit_trigger, error_threshold"
+                     nhit_trigger, error_threshold",
+                    w.key
                 ))
             }
         }
