@@ -1,10 +1,14 @@
-//! The workload engine: T threads each keeping Q I/Os in flight, one blocking worker per slot
-//! (so the queue depth is real: Q*T positional reads or writes are outstanding at once).
+//! The workload engine, as fio runs CrystalDiskMark's tests: T threads, each keeping Q I/Os
+//! in flight through its own io_uring (submit Q, and on each completion submit the next), so
+//! a Q32 test is 32 I/Os outstanding from one thread, not 32 threads on 2 cores measuring the
+//! scheduler. Where io_uring is not allowed (old kernels, seccomp, `io_uring_disabled`), or
+//! with `STRIPEFS_BENCH_ENGINE=threads`, one blocking worker per queue slot does it instead.
 
 use crate::profile::{Job, Pattern};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -32,10 +36,15 @@ pub struct Measured {
     pub mb_per_s: f64,
     pub iops: f64,
     pub mean_us: f64,
+    pub p50_us: f64,
     pub p99_us: f64,
+    pub p999_us: f64,
     /// The most I/Os seen in flight at once.
     pub max_in_flight: usize,
     pub direct: bool,
+    /// How the I/Os were issued: "io_uring", "threads" (a blocking thread per queue slot), or
+    /// "fio".
+    pub io_engine: String,
 }
 
 /// A test file, laid out with random data before the first read test.
@@ -133,6 +142,171 @@ fn open(path: &Path, direct: bool) -> io::Result<(File, bool)> {
     Ok((o.open(path)?, false))
 }
 
+/// Whether the io_uring engine can run here (asked once): a ring can be made.
+pub(crate) fn uring_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        if std::env::var("STRIPEFS_BENCH_ENGINE").as_deref() == Ok("threads") {
+            return false;
+        }
+        match io_uring::IoUring::new(2) {
+            Ok(_) => true,
+            Err(e) => {
+                log::warn!(
+                    "io_uring is not available ({e}): the bench runs a thread per queue slot"
+                );
+                false
+            }
+        }
+    })
+}
+
+/// What every worker of a test shares.
+struct Shared<'a> {
+    bs: u64,
+    blocks: u64,
+    read: bool,
+    pattern: Pattern,
+    in_flight: &'a AtomicUsize,
+    max_in_flight: &'a AtomicUsize,
+    stop: &'a AtomicBool,
+}
+
+impl Shared<'_> {
+    /// The block the next I/O of a worker goes to.
+    fn next_block(&self, cursor: &AtomicU64, rng: &mut u64) -> u64 {
+        match self.pattern {
+            Pattern::Seq => cursor.fetch_add(1, Ordering::Relaxed) % self.blocks,
+            Pattern::Rand => {
+                *rng ^= *rng << 13;
+                *rng ^= *rng >> 7;
+                *rng ^= *rng << 17;
+                *rng % self.blocks
+            }
+        }
+    }
+
+    fn started(&self) {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One thread keeping `slots` I/Os in flight through its own ring until `end`.
+fn uring_worker(
+    f: &File,
+    sh: &Shared,
+    slots: usize,
+    cursor: &AtomicU64,
+    seed: u64,
+    end: Instant,
+) -> io::Result<(u64, Vec<u32>)> {
+    use io_uring::{opcode, types, IoUring};
+    let mut ring = IoUring::new((slots as u32).next_power_of_two().max(2))?;
+    let mut bufs: Vec<Aligned> = (0..slots)
+        .map(|i| Aligned::new(sh.bs as usize, seed ^ (i as u64 + 1).wrapping_mul(0x9E37)))
+        .collect();
+    let mut since = vec![Instant::now(); slots];
+    let mut rng = seed | 1;
+    let fd = types::Fd(f.as_raw_fd());
+    let (mut ops, mut lat) = (0u64, Vec::with_capacity(1 << 16));
+    let mut outstanding = 0usize;
+    let mut failed: Option<io::Error> = None;
+    let mut push = |ring: &mut IoUring, slot: usize, bufs: &mut [Aligned]| -> io::Result<()> {
+        let at = sh.next_block(cursor, &mut rng) * sh.bs;
+        let ptr = bufs[slot].slice().as_mut_ptr();
+        let len = sh.bs as u32;
+        let entry = if sh.read {
+            opcode::Read::new(fd, ptr, len).offset(at).build()
+        } else {
+            opcode::Write::new(fd, ptr, len).offset(at).build()
+        }
+        .user_data(slot as u64);
+        // SAFETY: the buffer stays alive and untouched until its completion is reaped below.
+        unsafe { ring.submission().push(&entry) }
+            .map_err(|_| io::Error::other("benchmark ring full"))
+    };
+    for (slot, t) in since.iter_mut().enumerate() {
+        if Instant::now() >= end || sh.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        push(&mut ring, slot, &mut bufs)?;
+        *t = Instant::now();
+        sh.started();
+        outstanding += 1;
+    }
+    while outstanding > 0 {
+        ring.submit_and_wait(1)?;
+        let done: Vec<(usize, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        for (slot, res) in done {
+            outstanding -= 1;
+            sh.finished();
+            if res < 0 {
+                failed.get_or_insert(io::Error::from_raw_os_error(-res));
+            } else if res as u64 != sh.bs {
+                failed.get_or_insert(io::Error::other(format!(
+                    "a short {} of {res} bytes of {}",
+                    if sh.read { "read" } else { "write" },
+                    sh.bs
+                )));
+            } else {
+                lat.push(since[slot].elapsed().as_nanos().min(u32::MAX as u128) as u32);
+                ops += 1;
+            }
+            let now = Instant::now();
+            if failed.is_none() && now < end && !sh.stop.load(Ordering::Relaxed) {
+                push(&mut ring, slot, &mut bufs)?;
+                since[slot] = now;
+                sh.started();
+                outstanding += 1;
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((ops, lat)),
+    }
+}
+
+/// One thread with one I/O in flight at a time (a queue slot of the threads engine).
+fn blocking_worker(
+    f: &File,
+    sh: &Shared,
+    cursor: &AtomicU64,
+    seed: u64,
+    end: Instant,
+) -> io::Result<(u64, Vec<u32>)> {
+    let mut buf = Aligned::new(sh.bs as usize, seed);
+    let data = &mut buf.slice()[..sh.bs as usize];
+    let mut rng = seed | 1;
+    let (mut ops, mut lat) = (0u64, Vec::with_capacity(1 << 16));
+    while !sh.stop.load(Ordering::Relaxed) {
+        let block = sh.next_block(cursor, &mut rng);
+        let t0 = Instant::now();
+        if t0 >= end {
+            break;
+        }
+        sh.started();
+        let r = if sh.read {
+            f.read_exact_at(data, block * sh.bs)
+        } else {
+            f.write_all_at(data, block * sh.bs)
+        };
+        sh.finished();
+        r?;
+        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+        ops += 1;
+    }
+    Ok((ops, lat))
+}
+
 /// Runs one test (a job in one direction) against a laid-out test file.
 pub fn run(
     file: &TestFile,
@@ -143,7 +317,13 @@ pub fn run(
 ) -> io::Result<Measured> {
     let bs = job.block_size as u64;
     let blocks = (file.size / bs).max(1);
-    let workers = job.threads * job.queue_depth;
+    let uring = uring_allowed();
+    // io_uring: a worker per thread with Q slots; threads: a worker per slot.
+    let (workers, slots) = if uring {
+        (job.threads, job.queue_depth)
+    } else {
+        (job.threads * job.queue_depth, 1)
+    };
     let barrier = Barrier::new(workers + 1);
     let in_flight = AtomicUsize::new(0);
     let max_in_flight = AtomicUsize::new(0);
@@ -157,50 +337,31 @@ pub fn run(
         files.push(open(&file.path, spec.direct)?);
     }
     let direct = files.iter().all(|(_, d)| *d);
+    let sh = Shared {
+        bs,
+        blocks,
+        read,
+        pattern: job.pattern,
+        in_flight: &in_flight,
+        max_in_flight: &max_in_flight,
+        stop,
+    };
     let (results, seconds) = std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .into_iter()
             .enumerate()
             .map(|(w, (f, _))| {
-                let cursor = &cursors[w / job.queue_depth];
-                let (barrier, in_flight, max_in_flight, deadline) =
-                    (&barrier, &in_flight, &max_in_flight, &deadline);
+                let cursor = &cursors[w * job.threads / workers];
+                let (barrier, deadline, sh) = (&barrier, &deadline, &sh);
+                let seed = 0x9E3779B97F4A7C15u64 ^ (w as u64 + 1).wrapping_mul(0xBF58476D1CE4E5B9);
                 scope.spawn(move || -> io::Result<(u64, Vec<u32>)> {
-                    let mut buf = Aligned::new(job.block_size, w as u64 * 0x9E37_79B9 + 7);
-                    let data = &mut buf.slice()[..bs as usize];
-                    let mut rng =
-                        0x9E3779B97F4A7C15u64 ^ (w as u64 + 1).wrapping_mul(0xBF58476D1CE4E5B9);
-                    let mut lat = Vec::with_capacity(1 << 16);
-                    let mut ops = 0u64;
                     barrier.wait();
                     let end = *deadline.wait();
-                    while !stop.load(Ordering::Relaxed) {
-                        let block = match job.pattern {
-                            Pattern::Seq => cursor.fetch_add(1, Ordering::Relaxed) % blocks,
-                            Pattern::Rand => {
-                                rng ^= rng << 13;
-                                rng ^= rng >> 7;
-                                rng ^= rng << 17;
-                                rng % blocks
-                            }
-                        };
-                        let t0 = Instant::now();
-                        if t0 >= end {
-                            break;
-                        }
-                        let now = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-                        max_in_flight.fetch_max(now, Ordering::Relaxed);
-                        let r = if read {
-                            f.read_exact_at(data, block * bs)
-                        } else {
-                            f.write_all_at(data, block * bs)
-                        };
-                        in_flight.fetch_sub(1, Ordering::Relaxed);
-                        r?;
-                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
-                        ops += 1;
+                    if uring {
+                        uring_worker(&f, sh, slots, cursor, seed, end)
+                    } else {
+                        blocking_worker(&f, sh, cursor, seed, end)
                     }
-                    Ok((ops, lat))
                 })
             })
             .collect();
@@ -223,14 +384,16 @@ pub fn run(
         ops += n;
         lat.extend(l);
     }
-    Ok(summarise(
+    let mut m = summarise(
         ops,
         bs,
         seconds,
         &mut lat,
         max_in_flight.load(Ordering::Relaxed),
         direct,
-    ))
+    );
+    m.io_engine = if uring { "io_uring" } else { "threads" }.into();
+    Ok(m)
 }
 
 fn summarise(
@@ -247,10 +410,12 @@ fn summarise(
     } else {
         lat.iter().map(|&l| l as f64).sum::<f64>() / lat.len() as f64 / 1000.0
     };
-    let p99_us = if lat.is_empty() {
-        0.0
-    } else {
-        lat[((lat.len() as f64 * 0.99) as usize).min(lat.len() - 1)] as f64 / 1000.0
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            0.0
+        } else {
+            lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)] as f64 / 1000.0
+        }
     };
     let bytes = ops * bs;
     Measured {
@@ -260,9 +425,12 @@ fn summarise(
         mb_per_s: bytes as f64 / seconds / 1e6,
         iops: ops as f64 / seconds,
         mean_us,
-        p99_us,
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
         max_in_flight,
         direct,
+        io_engine: String::new(),
     }
 }
 
@@ -312,6 +480,39 @@ mod tests {
         assert_eq!(w.max_in_flight, 1);
         // The file keeps its size: writes stay inside it.
         assert_eq!(std::fs::metadata(&file.path).unwrap().len(), 8 << 20);
+    }
+
+    /// One thread keeps all of its queue depth in flight through its ring (as fio's libaio
+    /// or io_uring engines do), not a thread per slot.
+    #[test]
+    fn one_thread_keeps_its_queue_depth_in_flight() {
+        if !uring_allowed() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = TestFile::create(dir.path(), 4 << 20).unwrap();
+        let spec = RunSpec {
+            size: 4 << 20,
+            duration: Duration::from_millis(200),
+            direct: true,
+        };
+        let stop = AtomicBool::new(false);
+        for read in [true, false] {
+            let m = run(
+                &file,
+                &Job::new(Pattern::Rand, 4096, 8, 1),
+                read,
+                &spec,
+                &stop,
+            )
+            .unwrap();
+            assert_eq!(m.io_engine, "io_uring");
+            assert_eq!(m.max_in_flight, 8, "{m:?}");
+            assert!(
+                m.ops > 0 && m.p50_us <= m.p99_us && m.p99_us <= m.p999_us,
+                "{m:?}"
+            );
+        }
     }
 
     #[test]

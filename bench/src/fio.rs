@@ -14,26 +14,37 @@ fn rw(job: &Job, read: bool) -> &'static str {
     }
 }
 
-/// Runs fio for one test and reads its JSON output. fio works the way the engine does (one
-/// blocking psync worker per queue slot, Q x T of them, sequential streams spread over the
-/// file), so the two should agree; a libaio run would measure a different I/O path.
+/// Runs fio for one test and reads its JSON output. fio works the way the engine does, so
+/// the two should agree: with io_uring, T jobs each keeping Q I/Os in flight through its own
+/// ring; with the threads engine, one blocking psync worker per queue slot (Q x T of them);
+/// sequential streams spread over the file either way.
 pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
-    let workers = job.queue_depth * job.threads;
-    fio(
-        file,
-        job,
-        read,
-        spec,
-        &[
-            format!("--numjobs={workers}"),
-            format!(
-                "--offset_increment={}",
-                file.size / workers as u64 / 4096 * 4096
-            ),
-            "--ioengine=psync".into(),
-            "--thread".into(),
-        ],
-    )
+    let (workers, engine) = if crate::engine::uring_allowed() {
+        (
+            job.threads,
+            vec![
+                "--ioengine=io_uring".to_string(),
+                format!("--iodepth={}", job.queue_depth),
+            ],
+        )
+    } else {
+        (
+            job.queue_depth * job.threads,
+            vec!["--ioengine=psync".to_string()],
+        )
+    };
+    let mut args = vec![
+        format!("--numjobs={workers}"),
+        format!(
+            "--offset_increment={}",
+            file.size / workers as u64 / 4096 * 4096
+        ),
+        "--thread".into(),
+        "--norandommap".into(),
+        "--randrepeat=0".into(),
+    ];
+    args.extend(engine);
+    fio(file, job, read, spec, &args)
 }
 
 /// The test as CrystalDiskMark and the published tables run it: libaio, queue depth Q from
@@ -96,9 +107,7 @@ pub fn parse(json: &str, read: bool, block_size: u64, direct: bool) -> io::Resul
     let side = &v["jobs"][0][if read { "read" } else { "write" }];
     let bytes = side["io_bytes"].as_u64().unwrap_or(0);
     let seconds = side["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
-    let p99 = side["clat_ns"]["percentile"]["99.000000"]
-        .as_f64()
-        .unwrap_or(0.0);
+    let pct = |p: &str| side["clat_ns"]["percentile"][p].as_f64().unwrap_or(0.0) / 1000.0;
     Ok(Measured {
         bytes,
         ops: bytes / block_size.max(1),
@@ -106,9 +115,12 @@ pub fn parse(json: &str, read: bool, block_size: u64, direct: bool) -> io::Resul
         mb_per_s: side["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
         iops: side["iops"].as_f64().unwrap_or(0.0),
         mean_us: side["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
-        p99_us: p99 / 1000.0,
+        p50_us: pct("50.000000"),
+        p99_us: pct("99.000000"),
+        p999_us: pct("99.900000"),
         max_in_flight: 0,
         direct,
+        io_engine: "fio".into(),
     })
 }
 
