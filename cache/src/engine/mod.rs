@@ -245,17 +245,26 @@ impl Cache {
             }
             let s = i as u32;
             let g = &mut shards[shard_of_slot(s)];
+            let damaged = |what: String| CacheError::Damaged {
+                path: store
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                what,
+            };
             if shard_of(r.object, r.line, nshards) != shard_of_slot(s) {
                 // Not where this geometry looks for it (a damaged record): the store's check
                 // at attach keeps this from happening to a file made by this code.
-                return Err(CacheError::Damaged {
-                    path: store
-                        .path
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    what: format!("slot {s} holds a line of another shard"),
-                });
+                return Err(damaged(format!("slot {s} holds a line of another shard")));
+            }
+            if let Some(other) = g.lookup((r.object, r.line)) {
+                // Two records of one line (a record that could not be wiped when the cache
+                // device failed): which is newer cannot be told, so neither is trusted.
+                return Err(damaged(format!(
+                    "slots {other} and {s} both hold line {} of object {}",
+                    r.line, r.object
+                )));
             }
             g.attach(s, (r.object, r.line), DEFAULT_CLASS);
             let slot = &mut g.slots[s as usize];

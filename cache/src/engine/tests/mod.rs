@@ -895,3 +895,47 @@ fn a_cache_file_keeps_the_shards_it_was_made_with() {
     assert_eq!(read(&cache, 7, 0, 8192), vec![7u8; 8192]);
     assert_eq!(core.counts().0, reads, "its lines are found: hits");
 }
+
+/// Two records of one line in a cache file (one that could not be wiped while the cache device
+/// failed) are refused as damage, naming both slots: which is newer cannot be told.
+#[test]
+fn two_records_of_one_line_are_refused_as_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreKind::File(dir.path().to_path_buf());
+    let core = Arc::new(Core::default());
+    let cfg = CacheConfig {
+        shards: 1,
+        ..config(store.clone(), 1 << 20, 64 << 10, Mode::Wb)
+    };
+    let id = {
+        let cache = Cache::open(cfg.clone(), core.clone()).unwrap();
+        cache.write(1, 0, &[5u8; 4096], DEFAULT_CLASS).unwrap();
+        cache.sync_object(1).unwrap();
+        cache.id()
+    };
+    let path = crate::attach::cache_file(&store).unwrap();
+    let file = crate::store::Store::open_existing(&path, 64 << 10, 16).unwrap();
+    file.write_record(
+        9,
+        &crate::store::Record {
+            object: 1,
+            line: 0,
+            valid: 1,
+            dirty: 1,
+        },
+    )
+    .unwrap();
+    file.sync().unwrap();
+    drop(file);
+    let reopen = CacheConfig {
+        bound: Some(id),
+        holds_dirty: true,
+        ..cfg
+    };
+    match Cache::open(reopen, core) {
+        Err(CacheError::Damaged { what, .. }) => {
+            assert!(what.contains("both hold line 0 of object 1"), "{what}")
+        }
+        other => panic!("{:?}", other.err()),
+    }
+}
