@@ -4,7 +4,7 @@
 //! scheduler. Where io_uring is not allowed (old kernels, seccomp, `io_uring_disabled`), or
 //! with `STRIPEFS_BENCH_ENGINE=threads`, one blocking worker per queue slot does it instead.
 
-use crate::profile::{Job, Pattern};
+use crate::profile::{Dir, Job, Pattern};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -39,6 +39,9 @@ pub struct Measured {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
+    /// Of `ops`, the reads and the writes (a mixed test has both).
+    pub read_ops: u64,
+    pub write_ops: u64,
     /// The most I/Os seen in flight at once.
     pub max_in_flight: usize,
     pub direct: bool,
@@ -165,7 +168,9 @@ pub(crate) fn uring_allowed() -> bool {
 struct Shared<'a> {
     bs: u64,
     blocks: u64,
-    read: bool,
+    dir: Dir,
+    /// Percent of reads of a mixed test.
+    mix_read: u8,
     pattern: Pattern,
     in_flight: &'a AtomicUsize,
     max_in_flight: &'a AtomicUsize,
@@ -182,6 +187,20 @@ impl Shared<'_> {
                 *rng ^= *rng >> 7;
                 *rng ^= *rng << 17;
                 *rng % self.blocks
+            }
+        }
+    }
+
+    /// Whether the next I/O is a read.
+    fn reads(&self, rng: &mut u64) -> bool {
+        match self.dir {
+            Dir::Read => true,
+            Dir::Write => false,
+            Dir::Mixed => {
+                *rng ^= *rng << 13;
+                *rng ^= *rng >> 7;
+                *rng ^= *rng << 17;
+                (*rng % 100) < self.mix_read as u64
             }
         }
     }
@@ -204,23 +223,30 @@ fn uring_worker(
     cursor: &AtomicU64,
     seed: u64,
     end: Instant,
-) -> io::Result<(u64, Vec<u32>)> {
+) -> io::Result<Done> {
     use io_uring::{opcode, types, IoUring};
     let mut ring = IoUring::new((slots as u32).next_power_of_two().max(2))?;
     let mut bufs: Vec<Aligned> = (0..slots)
         .map(|i| Aligned::new(sh.bs as usize, seed ^ (i as u64 + 1).wrapping_mul(0x9E37)))
         .collect();
     let mut since = vec![Instant::now(); slots];
+    let mut reading = vec![true; slots];
     let mut rng = seed | 1;
+    let mut mix = seed.rotate_left(17) | 1;
     let fd = types::Fd(f.as_raw_fd());
-    let (mut ops, mut lat) = (0u64, Vec::with_capacity(1 << 16));
+    let mut done = Done::default();
     let mut outstanding = 0usize;
     let mut failed: Option<io::Error> = None;
-    let mut push = |ring: &mut IoUring, slot: usize, bufs: &mut [Aligned]| -> io::Result<()> {
+    let mut push = |ring: &mut IoUring,
+                    slot: usize,
+                    bufs: &mut [Aligned],
+                    reading: &mut [bool]|
+     -> io::Result<()> {
         let at = sh.next_block(cursor, &mut rng) * sh.bs;
         let ptr = bufs[slot].slice().as_mut_ptr();
         let len = sh.bs as u32;
-        let entry = if sh.read {
+        reading[slot] = sh.reads(&mut mix);
+        let entry = if reading[slot] {
             opcode::Read::new(fd, ptr, len).offset(at).build()
         } else {
             opcode::Write::new(fd, ptr, len).offset(at).build()
@@ -234,18 +260,18 @@ fn uring_worker(
         if Instant::now() >= end || sh.stop.load(Ordering::Relaxed) {
             break;
         }
-        push(&mut ring, slot, &mut bufs)?;
+        push(&mut ring, slot, &mut bufs, &mut reading)?;
         *t = Instant::now();
         sh.started();
         outstanding += 1;
     }
     while outstanding > 0 {
         ring.submit_and_wait(1)?;
-        let done: Vec<(usize, i32)> = ring
+        let reaped: Vec<(usize, i32)> = ring
             .completion()
             .map(|c| (c.user_data() as usize, c.result()))
             .collect();
-        for (slot, res) in done {
+        for (slot, res) in reaped {
             outstanding -= 1;
             sh.finished();
             if res < 0 {
@@ -253,16 +279,15 @@ fn uring_worker(
             } else if res as u64 != sh.bs {
                 failed.get_or_insert(io::Error::other(format!(
                     "a short {} of {res} bytes of {}",
-                    if sh.read { "read" } else { "write" },
+                    if reading[slot] { "read" } else { "write" },
                     sh.bs
                 )));
             } else {
-                lat.push(since[slot].elapsed().as_nanos().min(u32::MAX as u128) as u32);
-                ops += 1;
+                done.count(reading[slot], since[slot]);
             }
             let now = Instant::now();
             if failed.is_none() && now < end && !sh.stop.load(Ordering::Relaxed) {
-                push(&mut ring, slot, &mut bufs)?;
+                push(&mut ring, slot, &mut bufs, &mut reading)?;
                 since[slot] = now;
                 sh.started();
                 outstanding += 1;
@@ -271,7 +296,27 @@ fn uring_worker(
     }
     match failed {
         Some(e) => Err(e),
-        None => Ok((ops, lat)),
+        None => Ok(done),
+    }
+}
+
+/// What a worker did: I/Os by direction and each one's latency.
+#[derive(Default)]
+struct Done {
+    reads: u64,
+    writes: u64,
+    lat: Vec<u32>,
+}
+
+impl Done {
+    fn count(&mut self, read: bool, since: Instant) {
+        self.lat
+            .push(since.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+        if read {
+            self.reads += 1;
+        } else {
+            self.writes += 1;
+        }
     }
 }
 
@@ -282,36 +327,37 @@ fn blocking_worker(
     cursor: &AtomicU64,
     seed: u64,
     end: Instant,
-) -> io::Result<(u64, Vec<u32>)> {
+) -> io::Result<Done> {
     let mut buf = Aligned::new(sh.bs as usize, seed);
     let data = &mut buf.slice()[..sh.bs as usize];
     let mut rng = seed | 1;
-    let (mut ops, mut lat) = (0u64, Vec::with_capacity(1 << 16));
+    let mut mix = seed.rotate_left(17) | 1;
+    let mut done = Done::default();
     while !sh.stop.load(Ordering::Relaxed) {
         let block = sh.next_block(cursor, &mut rng);
         let t0 = Instant::now();
         if t0 >= end {
             break;
         }
+        let read = sh.reads(&mut mix);
         sh.started();
-        let r = if sh.read {
+        let r = if read {
             f.read_exact_at(data, block * sh.bs)
         } else {
             f.write_all_at(data, block * sh.bs)
         };
         sh.finished();
         r?;
-        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
-        ops += 1;
+        done.count(read, t0);
     }
-    Ok((ops, lat))
+    Ok(done)
 }
 
 /// Runs one test (a job in one direction) against a laid-out test file.
 pub fn run(
     file: &TestFile,
     job: &Job,
-    read: bool,
+    dir: Dir,
     spec: &RunSpec,
     stop: &AtomicBool,
 ) -> io::Result<Measured> {
@@ -340,7 +386,8 @@ pub fn run(
     let sh = Shared {
         bs,
         blocks,
-        read,
+        dir,
+        mix_read: job.mix_read.unwrap_or(50),
         pattern: job.pattern,
         in_flight: &in_flight,
         max_in_flight: &max_in_flight,
@@ -354,7 +401,7 @@ pub fn run(
                 let cursor = &cursors[w * job.threads / workers];
                 let (barrier, deadline, sh) = (&barrier, &deadline, &sh);
                 let seed = 0x9E3779B97F4A7C15u64 ^ (w as u64 + 1).wrapping_mul(0xBF58476D1CE4E5B9);
-                scope.spawn(move || -> io::Result<(u64, Vec<u32>)> {
+                scope.spawn(move || -> io::Result<Done> {
                     barrier.wait();
                     let end = *deadline.wait();
                     if uring {
@@ -368,7 +415,7 @@ pub fn run(
         barrier.wait();
         let start = Instant::now();
         let _ = deadline.set(start + spec.duration);
-        let results: Vec<io::Result<(u64, Vec<u32>)>> = handles
+        let results: Vec<io::Result<Done>> = handles
             .into_iter()
             .map(|h| {
                 h.join()
@@ -377,15 +424,16 @@ pub fn run(
             .collect();
         (results, start.elapsed().as_secs_f64())
     });
-    let mut ops = 0u64;
+    let (mut reads, mut writes) = (0u64, 0u64);
     let mut lat: Vec<u32> = Vec::new();
     for r in results {
-        let (n, l) = r?;
-        ops += n;
-        lat.extend(l);
+        let d = r?;
+        reads += d.reads;
+        writes += d.writes;
+        lat.extend(d.lat);
     }
     let mut m = summarise(
-        ops,
+        reads + writes,
         bs,
         seconds,
         &mut lat,
@@ -393,6 +441,7 @@ pub fn run(
         direct,
     );
     m.io_engine = if uring { "io_uring" } else { "threads" }.into();
+    (m.read_ops, m.write_ops) = (reads, writes);
     Ok(m)
 }
 
@@ -428,6 +477,8 @@ fn summarise(
         p50_us: pct(0.50),
         p99_us: pct(0.99),
         p999_us: pct(0.999),
+        read_ops: 0,
+        write_ops: 0,
         max_in_flight,
         direct,
         io_engine: String::new(),
@@ -460,7 +511,7 @@ mod tests {
         };
         let stop = AtomicBool::new(false);
         let job = Job::new(Pattern::Rand, 4096, 8, 2);
-        let m = run(&file, &job, true, &spec, &stop).unwrap();
+        let m = run(&file, &job, Dir::Read, &spec, &stop).unwrap();
         assert!(m.ops > 0);
         assert_eq!(m.bytes, m.ops * 4096);
         assert!(m.max_in_flight <= 16);
@@ -471,7 +522,7 @@ mod tests {
         let w = run(
             &file,
             &Job::new(Pattern::Seq, 1 << 20, 1, 1),
-            false,
+            Dir::Write,
             &spec,
             &stop,
         )
@@ -501,7 +552,7 @@ mod tests {
             let m = run(
                 &file,
                 &Job::new(Pattern::Rand, 4096, 8, 1),
-                read,
+                if read { Dir::Read } else { Dir::Write },
                 &spec,
                 &stop,
             )
@@ -513,6 +564,25 @@ mod tests {
                 "{m:?}"
             );
         }
+    }
+
+    /// A mixed test (fio's randrw, rwmixread=70) issues reads and writes in that share.
+    #[test]
+    fn a_mixed_test_reads_and_writes_in_its_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = TestFile::create(dir.path(), 4 << 20).unwrap();
+        let spec = RunSpec {
+            size: 4 << 20,
+            duration: Duration::from_millis(300),
+            direct: false,
+        };
+        let job = crate::profile::parse("custom:rw=randrw,rwmixread=70,bs=4K,qd=4")
+            .unwrap()
+            .remove(0);
+        let m = run(&file, &job, Dir::Mixed, &spec, &AtomicBool::new(false)).unwrap();
+        assert_eq!(m.read_ops + m.write_ops, m.ops);
+        let share = m.read_ops as f64 / m.ops as f64;
+        assert!(m.ops > 200 && (0.6..0.8).contains(&share), "{m:?}");
     }
 
     #[test]
@@ -528,7 +598,7 @@ mod tests {
         let m = run(
             &file,
             &Job::new(Pattern::Rand, 4096, 1, 1),
-            true,
+            Dir::Read,
             &spec,
             &stop,
         )

@@ -1,16 +1,18 @@
 //! The same test run by fio, on the same file, as a cross-check of the engine's figures.
 
 use crate::engine::{Measured, RunSpec, TestFile};
-use crate::profile::{Job, Pattern};
+use crate::profile::{Dir, Job, Pattern};
 use std::io;
 use std::process::Command;
 
-fn rw(job: &Job, read: bool) -> &'static str {
-    match (job.pattern, read) {
-        (Pattern::Seq, true) => "read",
-        (Pattern::Seq, false) => "write",
-        (Pattern::Rand, true) => "randread",
-        (Pattern::Rand, false) => "randwrite",
+fn rw(job: &Job, dir: Dir) -> &'static str {
+    match (job.pattern, dir) {
+        (Pattern::Seq, Dir::Read) => "read",
+        (Pattern::Seq, Dir::Write) => "write",
+        (Pattern::Seq, Dir::Mixed) => "rw",
+        (Pattern::Rand, Dir::Read) => "randread",
+        (Pattern::Rand, Dir::Write) => "randwrite",
+        (Pattern::Rand, Dir::Mixed) => "randrw",
     }
 }
 
@@ -18,7 +20,7 @@ fn rw(job: &Job, read: bool) -> &'static str {
 /// the two should agree: with io_uring, T jobs each keeping Q I/Os in flight through its own
 /// ring; with the threads engine, one blocking psync worker per queue slot (Q x T of them);
 /// sequential streams spread over the file either way.
-pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
+pub fn run(file: &TestFile, job: &Job, dir: Dir, spec: &RunSpec) -> io::Result<Measured> {
     let (workers, engine) = if crate::engine::uring_allowed() {
         (
             job.threads,
@@ -44,16 +46,16 @@ pub fn run(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result
         "--randrepeat=0".into(),
     ];
     args.extend(engine);
-    fio(file, job, read, spec, &args)
+    fio(file, job, dir, spec, &args)
 }
 
 /// The test as CrystalDiskMark and the published tables run it: libaio, queue depth Q from
 /// each of T jobs (direct I/O, so the queue reaches the filesystem).
-pub fn run_libaio(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io::Result<Measured> {
+pub fn run_libaio(file: &TestFile, job: &Job, dir: Dir, spec: &RunSpec) -> io::Result<Measured> {
     fio(
         file,
         job,
-        read,
+        dir,
         spec,
         &[
             format!("--iodepth={}", job.queue_depth),
@@ -68,7 +70,7 @@ pub fn run_libaio(file: &TestFile, job: &Job, read: bool, spec: &RunSpec) -> io:
 fn fio(
     file: &TestFile,
     job: &Job,
-    read: bool,
+    dir: Dir,
     spec: &RunSpec,
     extra: &[String],
 ) -> io::Result<Measured> {
@@ -76,7 +78,8 @@ fn fio(
         .arg("--name=stripefs")
         .arg(format!("--filename={}", file.path.display()))
         .arg(format!("--size={}", file.size))
-        .arg(format!("--rw={}", rw(job, read)))
+        .arg(format!("--rw={}", rw(job, dir)))
+        .args(job.mix_read.map(|r| format!("--rwmixread={r}")))
         .arg(format!("--bs={}", job.block_size))
         .args(extra)
         .arg(format!("--direct={}", u8::from(spec.direct)))
@@ -92,32 +95,57 @@ fn fio(
     }
     parse(
         &String::from_utf8_lossy(&out.stdout),
-        read,
+        dir,
         job.block_size as u64,
         spec.direct,
     )
 }
 
-/// Reads fio's `--output-format=json` for the read or write side.
-pub fn parse(json: &str, read: bool, block_size: u64, direct: bool) -> io::Result<Measured> {
+/// Reads fio's `--output-format=json`: the read side, the write side, or both for a mixed
+/// test (its latency percentiles are the reads', the side most mixed workloads wait on).
+pub fn parse(json: &str, dir: Dir, block_size: u64, direct: bool) -> io::Result<Measured> {
     // fio may print notes before the JSON document.
     let start = json.find('{').unwrap_or(0);
     let v: serde_json::Value = serde_json::from_str(&json[start..])
         .map_err(|e| io::Error::other(format!("fio output: {e}")))?;
-    let side = &v["jobs"][0][if read { "read" } else { "write" }];
-    let bytes = side["io_bytes"].as_u64().unwrap_or(0);
+    let job = &v["jobs"][0];
+    let (r, w) = (&job["read"], &job["write"]);
+    let sides: Vec<&serde_json::Value> = match dir {
+        Dir::Read => vec![r],
+        Dir::Write => vec![w],
+        Dir::Mixed => vec![r, w],
+    };
+    let sum = |k: &str| {
+        sides
+            .iter()
+            .map(|s| s[k].as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    let side = sides[0];
+    let bytes = sides
+        .iter()
+        .map(|s| s["io_bytes"].as_u64().unwrap_or(0))
+        .sum::<u64>();
     let seconds = side["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
     let pct = |p: &str| side["clat_ns"]["percentile"][p].as_f64().unwrap_or(0.0) / 1000.0;
+    let ops_of = |s: &serde_json::Value| s["io_bytes"].as_u64().unwrap_or(0) / block_size.max(1);
+    let (read_ops, write_ops) = match dir {
+        Dir::Read => (ops_of(r), 0),
+        Dir::Write => (0, ops_of(w)),
+        Dir::Mixed => (ops_of(r), ops_of(w)),
+    };
     Ok(Measured {
         bytes,
         ops: bytes / block_size.max(1),
         seconds,
-        mb_per_s: side["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-        iops: side["iops"].as_f64().unwrap_or(0.0),
+        mb_per_s: sum("bw_bytes") / 1e6,
+        iops: sum("iops"),
         mean_us: side["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
         p50_us: pct("50.000000"),
         p99_us: pct("99.000000"),
         p999_us: pct("99.900000"),
+        read_ops,
+        write_ops,
         max_in_flight: 0,
         direct,
         io_engine: "fio".into(),
@@ -132,7 +160,7 @@ mod tests {
 {"jobs":[{"read":{"io_bytes":409600,"bw_bytes":2048000,"iops":500.0,"runtime":200,
  "lat_ns":{"mean":2000.0},"clat_ns":{"percentile":{"99.000000":8000}}},
  "write":{"io_bytes":0,"bw_bytes":0,"iops":0.0,"runtime":0,"lat_ns":{"mean":0.0}}}]}"#;
-        let m = super::parse(json, true, 4096, true).unwrap();
+        let m = super::parse(json, crate::profile::Dir::Read, 4096, true).unwrap();
         assert_eq!(m.ops, 100);
         assert_eq!(m.mb_per_s, 2.048);
         assert_eq!(m.mean_us, 2.0);

@@ -9,7 +9,31 @@ pub enum Pattern {
     Rand,
 }
 
-/// One workload, run once as a read test and once as a write test (or only as `only`).
+/// Which way a test's I/Os go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    Read,
+    Write,
+    /// Reads and writes mixed, `Job::mix_read` percent reads (fio's rwmixread).
+    Mixed,
+}
+
+impl Dir {
+    /// Every direction, in the order tests run (as CrystalDiskMark: reads first).
+    pub const ALL: [Dir; 3] = [Dir::Read, Dir::Write, Dir::Mixed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dir::Read => "read",
+            Dir::Write => "write",
+            Dir::Mixed => "mixed",
+        }
+    }
+}
+
+/// One workload, run once as a read test and once as a write test (or only as `only`), or as
+/// one mixed test (`mix_read`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Job {
     pub pattern: Pattern,
@@ -19,6 +43,8 @@ pub struct Job {
     pub threads: usize,
     /// `Some(true)`: read only, `Some(false)`: write only, `None`: both.
     pub only: Option<bool>,
+    /// A mixed test with this percent of reads (then `only` is not used).
+    pub mix_read: Option<u8>,
 }
 
 impl Job {
@@ -34,6 +60,7 @@ impl Job {
             queue_depth,
             threads,
             only: None,
+            mix_read: None,
         }
     }
 
@@ -43,19 +70,27 @@ impl Job {
             Pattern::Seq => "SEQ",
             Pattern::Rand => "RND",
         };
+        let mix = self
+            .mix_read
+            .map(|r| format!(" R{r}W{}", 100 - r))
+            .unwrap_or_default();
         format!(
-            "{kind}{} Q{}T{}",
+            "{kind}{} Q{}T{}{mix}",
             size_name(self.block_size),
             self.queue_depth,
             self.threads
         )
     }
 
-    /// The read/write directions this job runs.
-    pub fn directions(&self) -> Vec<bool> {
+    /// The directions this job runs.
+    pub fn directions(&self) -> Vec<Dir> {
+        if self.mix_read.is_some() {
+            return vec![Dir::Mixed];
+        }
         match self.only {
-            Some(read) => vec![read],
-            None => vec![true, false],
+            Some(true) => vec![Dir::Read],
+            Some(false) => vec![Dir::Write],
+            None => vec![Dir::Read, Dir::Write],
         }
     }
 }
@@ -125,19 +160,37 @@ pub fn parse(spec: &str) -> Result<Vec<Job>, String> {
                     "randwrite" => (Pattern::Rand, Some(false)),
                     "seq" => (Pattern::Seq, None),
                     "rand" => (Pattern::Rand, None),
+                    "rw" | "readwrite" => (Pattern::Seq, None),
+                    "randrw" => (Pattern::Rand, None),
                     _ => {
                         return Err(format!(
-                            "rw={v}: must be read, write, randread, randwrite, seq or rand"
+                            "rw={v}: must be read, write, randread, randwrite, seq, rand, rw \
+                             or randrw"
                         ))
                     }
                 };
                 job.pattern = pattern;
                 job.only = only;
+                if matches!(v, "rw" | "readwrite" | "randrw") {
+                    job.mix_read = Some(job.mix_read.unwrap_or(50));
+                }
+            }
+            "rwmixread" => {
+                let n = v
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|n| (1..=99).contains(n))
+                    .ok_or_else(|| format!("rwmixread={v}: must be a percent from 1 to 99"))?;
+                job.mix_read = Some(n);
             }
             "bs" => job.block_size = parse_size(v).ok_or_else(|| format!("bs={v}: not a size"))?,
             "qd" => job.queue_depth = number(v)?,
             "threads" => job.threads = number(v)?,
-            _ => return Err(format!("unknown key \"{k}\" (rw, bs, qd, threads)")),
+            _ => {
+                return Err(format!(
+                    "unknown key \"{k}\" (rw, bs, qd, threads, rwmixread)"
+                ))
+            }
         }
     }
     if job.block_size == 0 || !job.block_size.is_multiple_of(512) || job.block_size > 64 * M {
@@ -145,6 +198,9 @@ pub fn parse(spec: &str) -> Result<Vec<Job>, String> {
             "bs={}: must be a multiple of 512 up to 64M",
             job.block_size
         ));
+    }
+    if job.mix_read.is_some() && job.only.is_some() {
+        return Err("rwmixread goes with rw=randrw or rw=rw".into());
     }
     if job.queue_depth * job.threads > 1024 {
         return Err("qd x threads must be at most 1024".into());
@@ -189,16 +245,26 @@ mod tests {
     fn custom_profiles() {
         let j = parse("custom:rw=randread,bs=16K,qd=4,threads=2").unwrap();
         assert_eq!(j[0].name(), "RND16K Q4T2");
-        assert_eq!(j[0].directions(), vec![true]);
+        assert_eq!(j[0].directions(), vec![Dir::Read]);
         assert_eq!(
             parse("custom:rw=seq,bs=1M").unwrap()[0].directions(),
-            vec![true, false]
+            vec![Dir::Read, Dir::Write]
+        );
+        let m = parse("custom:rw=randrw,rwmixread=70,bs=4K,qd=16").unwrap();
+        assert_eq!(m[0].directions(), vec![Dir::Mixed]);
+        assert_eq!(m[0].name(), "RND4K Q16T1 R70W30");
+        assert_eq!(
+            parse("custom:rw=randrw").unwrap()[0].mix_read,
+            Some(50),
+            "fio's default"
         );
         for bad in [
             "custom:rw=sideways",
             "custom:bs=3",
             "custom:qd=0",
             "custom:colour=red",
+            "custom:rw=randread,rwmixread=70",
+            "custom:rw=randrw,rwmixread=100",
             "cdm9",
         ] {
             assert!(parse(bad).is_err(), "{bad}");

@@ -3,7 +3,7 @@
 
 use crate::engine::{self, Measured, RunSpec, TestFile};
 use crate::fio;
-use crate::profile::Job;
+use crate::profile::{Dir, Job};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io;
@@ -100,9 +100,9 @@ pub struct Hooks<'a> {
 /// writes, as CrystalDiskMark orders them. (test name, direction.)
 pub fn tests_of(jobs: &[Job]) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
-    for read in [true, false] {
-        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
-            out.push((job.name(), if read { "read" } else { "write" }));
+    for dir in Dir::ALL {
+        for job in jobs.iter().filter(|j| j.directions().contains(&dir)) {
+            out.push((job.name(), dir.name()));
         }
     }
     out
@@ -125,9 +125,9 @@ pub fn measure_with(
     let is_stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     let mut file = None;
     let mut out = Vec::new();
-    for read in [true, false] {
-        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
-            let direction = if read { "read" } else { "write" };
+    for way in Dir::ALL {
+        for job in jobs.iter().filter(|j| j.directions().contains(&way)) {
+            let direction = way.name();
             let name = job.name();
             if let Some(earlier) = (hooks.done)(&name, direction) {
                 out.push(earlier);
@@ -147,7 +147,7 @@ pub fn measure_with(
                     return Err(stopped());
                 }
                 (hooks.on_test)(&format!("{name} {direction}"));
-                let m = engine::run(file, job, read, spec, stop)?;
+                let m = engine::run(file, job, way, spec, stop)?;
                 if is_stopped() {
                     // Cut short: not a measurement of the full duration.
                     return Err(stopped());
@@ -157,7 +157,7 @@ pub fn measure_with(
             let (median, best) = engine::median_and_best(&measured);
             let fio = if with_fio {
                 (hooks.on_test)(&format!("{name} {direction} (fio)"));
-                Some(fio::run(file, job, read, spec)?)
+                Some(fio::run(file, job, way, spec)?)
             } else {
                 None
             };
@@ -188,7 +188,7 @@ pub enum Driver {
 impl Driver {
     pub fn describe(self) -> &'static str {
         match self {
-            Driver::Engine => "the built-in engine (one psync worker per queue slot)",
+            Driver::Engine => "the built-in engine (io_uring, Q in flight from each of T threads)",
             Driver::FioLibaio => "fio (ioengine=libaio, iodepth=Q, numjobs=T)",
         }
     }
@@ -211,27 +211,27 @@ pub fn compare(
         .map(|d| TestFile::create(d, spec.size))
         .collect::<io::Result<Vec<_>>>()?;
     let mut tests = Vec::new();
-    for read in [true, false] {
-        for job in jobs.iter().filter(|j| j.directions().contains(&read)) {
-            tests.push((job, read));
+    for dir in Dir::ALL {
+        for job in jobs.iter().filter(|j| j.directions().contains(&dir)) {
+            tests.push((job, dir));
         }
     }
     let mut measured = vec![vec![Vec::new(); tests.len()]; dirs.len()];
     for _ in 0..runs.max(1) {
-        for (t, &(job, read)) in tests.iter().enumerate() {
+        for (t, &(job, dir)) in tests.iter().enumerate() {
             for (d, file) in files.iter().enumerate() {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
                 }
-                let direction = if read { "read" } else { "write" };
+                let direction = dir.name();
                 on_test(&format!(
                     "{} {direction} on {}",
                     job.name(),
                     dirs[d].display()
                 ));
                 measured[d][t].push(match driver {
-                    Driver::Engine => engine::run(file, job, read, spec, stop)?,
-                    Driver::FioLibaio => fio::run_libaio(file, job, read, spec)?,
+                    Driver::Engine => engine::run(file, job, dir, spec, stop)?,
+                    Driver::FioLibaio => fio::run_libaio(file, job, dir, spec)?,
                 });
             }
         }
@@ -242,11 +242,11 @@ pub fn compare(
             per_test
                 .into_iter()
                 .zip(&tests)
-                .map(|(runs, &(job, read))| {
+                .map(|(runs, &(job, dir))| {
                     let (median, best) = engine::median_and_best(&runs);
                     TestResult {
                         test: job.name(),
-                        direction: if read { "read" } else { "write" }.into(),
+                        direction: dir.name().into(),
                         runs,
                         median,
                         best,

@@ -52,7 +52,13 @@ fn model_rows(
         .iter()
         .filter(|j| j.pattern == bench::profile::Pattern::Seq)
     {
-        for read in job.directions() {
+        for dir in job.directions() {
+            // The model predicts reads or writes; a mixed test has no model row.
+            let write = match dir {
+                bench::profile::Dir::Read => false,
+                bench::profile::Dir::Write => true,
+                bench::profile::Dir::Mixed => continue,
+            };
             let cells = PORTS
                 .iter()
                 .flat_map(|&n| STRIPES.iter().map(move |&st| (n, st)))
@@ -62,7 +68,7 @@ fn model_rows(
                         &port,
                         n,
                         st,
-                        !read,
+                        write,
                         job.queue_depth * job.threads,
                         job.block_size as u64,
                         plan.spec.size,
@@ -70,8 +76,7 @@ fn model_rows(
                     )
                 })
                 .collect();
-            let dir = if read { "read" } else { "write" };
-            rows.push((job.name(), dir.to_string(), cells));
+            rows.push((job.name(), dir.name().to_string(), cells));
         }
     }
     rows
