@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::fs::StripeFs;
 use crate::mount::{self, mountinfo, MountSpec};
 use crate::xattr;
-use fuser::{MountOption, SessionACL};
 use std::io::{Read, Write};
 use std::os::unix::io::{FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -253,10 +252,10 @@ impl Ready {
     }
 }
 
-/// Who unmounts: we, for a mount we made; fuser, for one it made through fusermount3.
+/// Who unmounts: we, for a mount we made; fusermount3, for one it made for a user.
 enum Unmounter {
     Own(mount::FuseMount),
-    Fuser(fuser::SessionUnmounter, PathBuf),
+    User(mount::fusermount::UserMount),
 }
 
 impl Unmounter {
@@ -264,12 +263,39 @@ impl Unmounter {
     fn unmount(&mut self, detach: bool) -> std::io::Result<()> {
         match self {
             Unmounter::Own(m) => m.unmount(detach),
-            Unmounter::Fuser(u, _) if !detach => u.unmount(),
-            Unmounter::Fuser(u, mp) => u
-                .unmount()
-                .or_else(|_| self::detach(mp).map_err(std::io::Error::other)),
+            Unmounter::User(u) => u.unmount(detach),
         }
     }
+}
+
+/// `[mount] transport` as fusewire's io_uring request: `auto` asks for it where the kernel
+/// allows it (`enable_uring`), `uring` insists (the mount fails where it cannot be had),
+/// `dev` never asks. The kernel parameter is the administrator's: never changed here.
+fn uring_config(t: mountcfg::Transport) -> Result<Option<fusewire::UringConfig>> {
+    let ring = fusewire::UringConfig {
+        threads: 0,
+        depth: 0,
+    };
+    let enabled = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+    Ok(match t {
+        mountcfg::Transport::Dev => None,
+        mountcfg::Transport::Uring if !enabled => {
+            return Err(Error::Usage(format!(
+                "transport = \"uring\": FUSE over io_uring is {}",
+                fusewire::uring::why_unavailable()
+            )))
+        }
+        mountcfg::Transport::Uring => Some(ring),
+        mountcfg::Transport::Auto if enabled => Some(ring),
+        mountcfg::Transport::Auto => {
+            log::info!(
+                "FUSE over /dev/fuse: io_uring is {}",
+                fusewire::uring::why_unavailable()
+            );
+            None
+        }
+    })
 }
 
 /// Mounts and serves until unmounted or signalled.
@@ -304,24 +330,18 @@ fn serve(
             .display()
             .to_string(),
     };
-    let acl = if m.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    let mut fuse_config = fuser::Config::default();
-    fuse_config.acl = acl;
-    fuse_config.n_threads = Some(m.fuse_threads(engine.caching.is_some()));
-    let interval = m.commit_interval;
     let fs = StripeFs::new(engine.clone());
+    let mut fuse_config = fs.session_config(m.fuse_threads(engine.caching.is_some()));
+    fuse_config.uring = uring_config(m.transport)?;
     let kernel = fs.kernel.clone();
+    let interval = m.commit_interval;
     let mount_error =
         |e: std::io::Error| Error::Usage(format!("mount on {}: {e}", mountpoint.display()));
 
-    // As root, our own mount(2) of type fuse.stripefs, served by fuser from the descriptor;
-    // as another user, fuser's mount through fusermount3 (which takes the subtype too).
+    // As root, our own mount(2) of type fuse.stripefs; as another user, fusermount3's
+    // (which takes the subtype too). fusewire serves the descriptor either way.
     // SAFETY: plain getter.
-    let (session, unmounter) = if unsafe { libc::geteuid() } == 0 {
+    let (fd, unmounter) = if unsafe { libc::geteuid() } == 0 {
         let spec = MountSpec {
             source,
             read_only: m.read_only,
@@ -343,56 +363,34 @@ fn serve(
         if let Err(e) = mount::utab::add(&spec.source, &mountpoint) {
             log::warn!("umount(8) will not wait for this daemon: /run/mount/utab: {e}");
         }
-        match fuser::Session::from_fd(fs, fd, acl, fuse_config) {
-            Ok(session) => (session, Unmounter::Own(mounted)),
-            Err(e) => {
-                let _ = mounted.unmount(true);
-                let _ = mount::utab::remove(&mountpoint);
-                return Err(mount_error(e));
-            }
-        }
+        (fd, Unmounter::Own(mounted))
     } else {
+        // fusermount3 reads options separated by commas: one in a name would split it.
         let mut options = vec![
-            MountOption::FSName(source),
-            MountOption::Subtype("stripefs".into()),
-            MountOption::CUSTOM("max_read=1048576".into()),
+            format!("fsname={}", source.replace(',', "_")),
+            "subtype=stripefs".into(),
+            "max_read=1048576".into(),
         ];
-        if m.default_permissions {
-            options.push(MountOption::DefaultPermissions);
-        }
-        if m.read_only {
-            options.push(MountOption::RO);
-        }
-        options.push(if m.nosuid {
-            MountOption::NoSuid
-        } else {
-            MountOption::Suid
-        });
-        options.push(if m.nodev {
-            MountOption::NoDev
-        } else {
-            MountOption::Dev
-        });
-        if m.noexec {
-            options.push(MountOption::NoExec);
-        }
-        if m.atime == mountcfg::Atime::Never {
-            options.push(MountOption::NoAtime);
-        }
-        if m.sync {
-            options.push(MountOption::Sync);
-        }
-        if m.dirsync {
-            options.push(MountOption::DirSync);
-        }
-        fuse_config.mount_options = options;
-        let mut session =
-            fuser::Session::new(fs, &mountpoint, &fuse_config).map_err(mount_error)?;
-        let unmounter = Unmounter::Fuser(session.unmount_callable(), mountpoint.clone());
-        (session, unmounter)
+        let flags = [
+            (m.default_permissions, "default_permissions"),
+            (m.allow_other, "allow_other"),
+            (m.read_only, "ro"),
+            (m.nosuid, "nosuid"),
+            (!m.nosuid, "suid"),
+            (m.nodev, "nodev"),
+            (!m.nodev, "dev"),
+            (m.noexec, "noexec"),
+            (m.atime == mountcfg::Atime::Never, "noatime"),
+            (m.sync, "sync"),
+            (m.dirsync, "dirsync"),
+        ];
+        options.extend(flags.iter().filter(|f| f.0).map(|f| f.1.to_string()));
+        let (fd, mounted) = mount::fusermount::mount(&options.join(","), &mountpoint)?;
+        (fd, Unmounter::User(mounted))
     };
-    let unmounter = Arc::new(parking_lot::Mutex::new(unmounter));
+    let session = fusewire::Session::new(fd, fs, fuse_config);
     let _ = kernel.set(session.notifier());
+    let unmounter = Arc::new(parking_lot::Mutex::new(unmounter));
     // A failure from here until the session runs must not leave the mount behind (dead once
     // the session's descriptor is closed).
     let abandon = |e: String| {
@@ -454,6 +452,22 @@ fn serve(
         }
     });
 
+    let session = match session.spawn() {
+        Ok(s) => s,
+        Err(e) => return Err(abandon(mount_error(e).to_string())),
+    };
+    // The readahead and the transport are known once INIT is answered.
+    match session.wait_init(Duration::from_secs(30)) {
+        Some(info) => {
+            let why = info.uring_unavailable.clone();
+            if let Some(why) = &why {
+                log::info!("FUSE over /dev/fuse, not io_uring: {why}");
+            }
+            log::info!("FUSE transport {}", info.transport());
+            let _ = engine.transport.set((info.transport().into(), why));
+        }
+        None => log::warn!("no FUSE INIT within 30 s"),
+    }
     set_readahead(&mountpoint, m.readahead);
     log::info!(
         "mounted volume {} on {} (pid {})",
@@ -467,11 +481,13 @@ fn serve(
     };
     mount::busy::write_run_record(&engine.config, &mountpoint, dev);
     ready.send("ok\n");
-    let served = session.run();
+    let served = session.join();
     // The session ends when the kernel has unmounted (umount(8), `stripefs umount`, a
     // signal): then there is nothing to unmount. Had it ended on an error while still
     // mounted, detach, so that no dead mount stays behind.
-    // (fuser does that itself for a mount it made.)
+    if let (Unmounter::User(m), Err(_)) = (&*unmounter.lock(), &served) {
+        let _ = m.unmount(true);
+    }
     if let Unmounter::Own(m) = &*unmounter.lock() {
         if let Err(e) = m.unmount(true) {
             log::warn!(
@@ -514,8 +530,7 @@ fn serve(
 }
 
 /// Sets the mount's readahead (`/sys/class/bdi/<dev>/read_ahead_kb`) once INIT is answered
-/// (FUSE caps it at what INIT negotiated, 128 KiB here, and INIT would lower an earlier
-/// value): fuser answers INIT before its session is returned. The mount is found in
+/// (FUSE caps it at what INIT negotiated, and INIT would lower an earlier value). The mount is found in
 /// mountinfo, not by a stat of the mountpoint: nothing of ours may be inside the mount (an
 /// umount right after the mount would find it busy).
 fn set_readahead(mountpoint: &Path, bytes: u64) {

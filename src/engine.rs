@@ -38,6 +38,9 @@ pub struct Engine {
     read_only: std::sync::atomic::AtomicBool,
     started: Instant,
     pub mountpoint: PathBuf,
+    /// The FUSE transport INIT settled ("io_uring" or "/dev/fuse"), and why not io_uring
+    /// where it was wanted: for `status`.
+    pub transport: std::sync::OnceLock<(String, Option<String>)>,
 }
 
 /// Who asks for a data change: set-id bits fall when anyone but root changes a file's data.
@@ -381,6 +384,10 @@ pub struct Options {
     pub default_permissions: bool,
     pub read_only: bool,
     pub threads: usize,
+    /// How FUSE requests travel: "io_uring" or "/dev/fuse" ("" before INIT).
+    pub transport: String,
+    /// Why not io_uring, where the config wanted it and the kernel did not allow it.
+    pub transport_note: Option<String>,
     /// The engine that runs device I/O: "uring" or "threads".
     pub io_engine: String,
     /// How objects are read and written on the devices: "direct" (O_DIRECT) or "buffered".
@@ -593,6 +600,7 @@ impl Engine {
             read_only: Default::default(),
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
+            transport: Default::default(),
         })
     }
 
@@ -1292,6 +1300,12 @@ impl Engine {
                 default_permissions: m.default_permissions,
                 read_only: self.read_only.load(std::sync::atomic::Ordering::Relaxed),
                 threads: m.fuse_threads(self.caching.is_some()),
+                transport: self
+                    .transport
+                    .get()
+                    .map(|t| t.0.clone())
+                    .unwrap_or_default(),
+                transport_note: self.transport.get().and_then(|t| t.1.clone()),
                 io_engine: self.volume.engine_kind().name().into(),
                 device_io: if self.config.volume.direct_device_io {
                     "direct"

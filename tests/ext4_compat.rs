@@ -463,8 +463,8 @@ fn the_volume_is_an_overlayfs_upper_layer() {
     let skip = dmesg_lines();
     let ov = Overlay::mount(&lower, &upper, &work, &merged);
     // The upper layer passes overlayfs's checks (xattrs, RENAME_WHITEOUT, d_type, file
-    // handles); only O_TMPFILE is missing (fuser 0.18 does not dispatch FUSE_TMPFILE), which
-    // overlayfs works around with a temporary name in the work directory.
+    // handles, O_TMPFILE). Kernels that probe tmpfile differently may still say it lacks
+    // it, which overlayfs works around with a temporary name in the work directory.
     let said = overlay_messages(skip);
     let unexpected: Vec<&String> = said
         .iter()
@@ -644,25 +644,73 @@ fn a_file_opened_with_o_direct_maps_shared() {
     );
 }
 
-/// O_TMPFILE cannot be served: fuser 0.18 has no FUSE_TMPFILE opcode (51) and answers it
-/// ENOSYS, which the kernel turns into EOPNOTSUPP (and asks no more): callers (glibc's
-/// tmpfile, overlayfs, systemd) see the answer that makes them fall back to a named file.
+/// O_TMPFILE as on ext4 (FUSE_TMPFILE): an unnamed file, nlink 0, that linkat through
+/// /proc/self/fd gives a name; one never linked leaves nothing behind at its last close.
 #[test]
-fn o_tmpfile_is_refused_cleanly() {
-    let mut v = TestVolume::new(1, "64K", "");
+fn o_tmpfile_is_unnamed_until_linked() {
+    let mut v = TestVolume::new(2, "64K", "");
     v.mount();
-    for round in 0..2 {
-        let e = OpenOptions::new()
+    fs::create_dir(v.path("d")).unwrap();
+    let before = inodes(&v);
+    let tmp = |dir: &Path| {
+        OpenOptions::new()
             .read(true)
             .write(true)
+            .mode(0o640)
             .custom_flags(libc::O_TMPFILE)
-            .open(&v.mnt)
-            .unwrap_err();
-        assert_eq!(
-            e.raw_os_error(),
-            Some(libc::EOPNOTSUPP),
-            "round {round}: {e}"
-        );
-    }
-    assert!(names(&v.mnt).is_empty());
+            .open(dir)
+            .unwrap()
+    };
+    // Spans stripes of both devices.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+
+    let f = tmp(&v.path("d"));
+    f.write_all_at(&data, 0).unwrap();
+    let mut back = vec![0u8; data.len()];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data, "read back through the descriptor");
+    let st = fstat(f.as_raw_fd());
+    assert_eq!(st.st_nlink, 0);
+    assert_eq!(st.st_size as usize, data.len());
+    assert_eq!(st.st_mode & 0o7777, 0o640);
+    assert!(
+        names(&v.path("d")).is_empty(),
+        "an O_TMPFILE file has no name"
+    );
+
+    // linkat(AT_FDCWD, "/proc/self/fd/N", AT_FDCWD, name, AT_SYMLINK_FOLLOW).
+    let from = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+    let to = CString::new(v.path("d/kept").as_os_str().as_bytes()).unwrap();
+    // SAFETY: plain syscall with valid C strings.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "linkat: {}", std::io::Error::last_os_error());
+    assert_eq!(fstat(f.as_raw_fd()).st_nlink, 1);
+    drop(f);
+    assert!(
+        fs::read(v.path("d/kept")).unwrap() == data,
+        "read back by name"
+    );
+
+    // Never linked: gone at the last close.
+    let g = tmp(&v.path("d"));
+    g.write_all_at(b"scratch", 0).unwrap();
+    drop(g);
+    assert_eq!(names(&v.path("d")), ["kept"]);
+    wait_for_inodes(&v, before + 1, "after the unlinked O_TMPFILE file closed");
+
+    v.remount();
+    assert!(
+        fs::read(v.path("d/kept")).unwrap() == data,
+        "after a remount"
+    );
+    v.umount();
+    v.assert_fsck_clean("after O_TMPFILE files");
 }

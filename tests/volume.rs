@@ -599,6 +599,13 @@ fn mount_helper_serves_mount_8_and_fstab() {
     let status: serde_json::Value =
         serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
     assert_eq!(status["options"]["threads"], 3);
+    // `transport = "auto"`: io_uring only where the kernel parameter allows it.
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|p| p.trim() == "Y");
+    let want = if uring { "io_uring" } else { "/dev/fuse" };
+    assert_eq!(status["options"]["transport"], want);
+    let table = stripefs_ok(&["status", v.mnt_str()]);
+    assert!(table.contains(&format!("transport   {want}")), "{table}");
 }
 
 /// The config may list the devices in any order: mount finds each by its superblock (as mdadm

@@ -206,6 +206,15 @@ pub enum Atime {
     Never,
 }
 
+/// How FUSE requests travel between the kernel and the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// FUSE over io_uring where the kernel allows it (`enable_uring` = Y), else /dev/fuse.
+    Auto,
+    Uring,
+    Dev,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoEngine {
     /// io_uring if the kernel and sandbox allow it, else threads.
@@ -223,6 +232,8 @@ pub struct MountSection {
     pub threads: Option<usize>,
     pub direct_io: DirectIo,
     pub writeback_cache: bool,
+    /// How FUSE requests reach the daemon (`uring` fails the mount where the kernel refuses).
+    pub transport: Transport,
     /// What runs device I/O: io_uring where the kernel allows it (`auto`), or forced.
     pub io_engine: IoEngine,
     /// I/O threads per device of the threads engine (its queue depth per device).
@@ -298,6 +309,7 @@ impl Default for MountSection {
             threads: None,
             direct_io: DirectIo::Auto,
             writeback_cache: false,
+            transport: Transport::Auto,
             io_engine: IoEngine::Auto,
             io_threads: 8,
             max_background: 128,
@@ -477,6 +489,7 @@ struct RawMount {
     threads: Option<Spanned<i64>>,
     direct_io: Option<Spanned<String>>,
     writeback_cache: Option<bool>,
+    transport: Option<Spanned<String>>,
     io_engine: Option<Spanned<String>>,
     io_threads: Option<Spanned<i64>>,
     max_background: Option<Spanned<i64>>,
@@ -1020,6 +1033,18 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
                 (&["auto"], DirectIo::Auto),
                 (&["always"], DirectIo::Always),
                 (&["never"], DirectIo::Never),
+            ],
+        )?;
+    }
+    if let Some(t) = raw.transport {
+        m.transport = one_of(
+            ctx,
+            t,
+            "mount.transport",
+            &[
+                (&["auto"], Transport::Auto),
+                (&["uring"], Transport::Uring),
+                (&["dev"], Transport::Dev),
             ],
         )?;
     }

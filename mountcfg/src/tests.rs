@@ -55,6 +55,7 @@ default_permissions = true
 read_only = true
 threads = 4
 direct_io = "always"
+transport = "dev"
 writeback_cache = true
 attr_timeout = "250ms"
 commit_interval = "2s"
@@ -69,6 +70,7 @@ log_size = "16M"
     assert!(c.mount.allow_other && c.mount.default_permissions && c.mount.read_only);
     assert_eq!(c.mount.threads, Some(4));
     assert_eq!(c.mount.direct_io, DirectIo::Always);
+    assert_eq!(c.mount.transport, Transport::Dev);
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
     assert_eq!(c.mount.commit_interval, Duration::from_secs(2));
     assert_eq!(c.mount.fsname.as_deref(), Some("tank"));
@@ -150,6 +152,10 @@ fn bad_configs_name_file_line_and_key() {
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\nthreads = 0\n",
             "vol.toml:4: mount.threads: threads = 0: must be from 1 to 64",
+        ),
+        (
+            "[volume]\ndevices = [\"d0\"]\n[mount]\ntransport = \"pipe\"\n",
+            "vol.toml:4: mount.transport: transport = \"pipe\": must be \"auto\", \"uring\" or \"dev\"",
         ),
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\ndirect_io = \"sometimes\"\n",

@@ -363,10 +363,11 @@ fn describe_target(dir: &Path) -> Target {
                 Some(if c.contains("cache off") { "off" } else { "on" }.into());
         }
         target.label = format!(
-            "{} (stripefs, {} devices, {}, io engine {})",
+            "{} (stripefs, {} devices, {}, FUSE over {}, io engine {})",
             dir.display(),
             target.devices.unwrap_or(0),
             status["layout"].as_str().unwrap_or(""),
+            status["options"]["transport"].as_str().unwrap_or("?"),
             status["options"]["io_engine"].as_str().unwrap_or("?")
         );
         let c = &status["cache"];

@@ -476,7 +476,15 @@ fn print_status(s: &serde_json::Value) {
     }
     let o = &s["options"];
     println!(
-        "\nio engine   {} (max_background={}, io_threads={} per device for the threads engine)",
+        "\ntransport   {}{}",
+        o["transport"].as_str().unwrap_or("?"),
+        o["transport_note"]
+            .as_str()
+            .map(|n| format!(" (not io_uring: {n})"))
+            .unwrap_or_default()
+    );
+    println!(
+        "io engine   {} (max_background={}, io_threads={} per device for the threads engine)",
         o["io_engine"].as_str().unwrap_or("?"),
         o["max_background"],
         o["io_threads"]

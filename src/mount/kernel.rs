@@ -1,7 +1,7 @@
 //! Our own mount(2) of a FUSE connection, as libfuse does it: `/dev/fuse` opened here, the
 //! kernel type `fuse.stripefs` (so findmnt, `df -T`, `mount -t fuse.stripefs`, fstab and
 //! umount(8)'s `umount.fuse.stripefs` helper see what it is) and the volume's name as the
-//! source. fuser then serves the descriptor (`Session::from_fd`); it never mounts nor
+//! source. fusewire then serves the descriptor (`Session::new`); it never mounts nor
 //! unmounts: the unmount is ours too, and done only while the mount is still the one we made.
 
 use super::mountinfo;

@@ -5,6 +5,7 @@
 //! makes umount(8) run its helper ([`utab`]).
 
 pub mod busy;
+pub mod fusermount;
 pub mod helper;
 pub mod kernel;
 pub mod mountinfo;

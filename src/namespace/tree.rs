@@ -15,7 +15,35 @@ impl Namespace {
         default_layout: Layout,
         device_count: u32,
     ) -> Result<Inode> {
-        check_name(name)?;
+        self.create_in(parent, Some(name), node, default_layout, device_count)
+    }
+
+    /// O_TMPFILE: a regular file in `parent` with no name (nlink 0), opened once here; it
+    /// lives until its last close unless `link` gives it a name first.
+    pub fn create_unnamed(
+        &self,
+        parent: u64,
+        node: NewNode,
+        default_layout: Layout,
+        device_count: u32,
+    ) -> Result<Inode> {
+        if node.kind != Kind::File {
+            return errno(libc::EINVAL);
+        }
+        self.create_in(parent, None, node, default_layout, device_count)
+    }
+
+    fn create_in(
+        &self,
+        parent: u64,
+        name: Option<&[u8]>,
+        node: NewNode,
+        default_layout: Layout,
+        device_count: u32,
+    ) -> Result<Inode> {
+        if let Some(name) = name {
+            check_name(name)?;
+        }
         self.room_to_grow()?;
         self.reserve_numbers()?;
         self.mutate_tx(|st, ch, tx| {
@@ -24,7 +52,7 @@ impl Namespace {
             if p.nlink == 0 {
                 return errno(libc::ENOENT);
             }
-            if st.child(parent, name).is_some() {
+            if name.is_some_and(|name| st.child(parent, name).is_some()) {
                 return errno(libc::EEXIST);
             }
             let (mut perm, mut gid) = (node.perm & 0o7777, node.gid);
@@ -65,7 +93,11 @@ impl Namespace {
                 perm,
                 uid: node.uid,
                 gid,
-                nlink: if node.kind == Kind::Dir { 2 } else { 1 },
+                nlink: match (node.kind, name) {
+                    (_, None) => 0,
+                    (Kind::Dir, _) => 2,
+                    _ => 1,
+                },
                 size: if node.kind == Kind::Symlink {
                     node.symlink.len() as u64
                 } else {
@@ -87,6 +119,11 @@ impl Namespace {
             }
             st.inodes.insert(ino, inode.clone());
             ch.inodes.insert(ino);
+            let Some(name) = name else {
+                // Open before the lock is let go: no release can find it unopened.
+                *st.open.entry(ino).or_insert(0) += 1;
+                return Ok(inode);
+            };
             st.set_entry(ch, parent, name, Some(ino));
             st.touch_dir(ch, parent, now)?;
             if node.kind == Kind::Dir {
