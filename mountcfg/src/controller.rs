@@ -53,30 +53,13 @@ pub(crate) fn validate_controller(
     let span = raw.span();
     let c = raw.into_inner();
     let devices = device_selection(ctx, c.device, "volume.controller.device", device_count)?;
-    let profile_span = c.profile.span();
-    let profile = c.profile.into_inner();
-    if !CONTROLLER_PROFILES.contains(&profile.as_str()) {
-        return Err(ctx.err(
-            profile_span,
-            "volume.controller.profile",
-            format!(
-                "profile = \"{profile}\": must be one of {}",
-                CONTROLLER_PROFILES.join(", ")
-            ),
-        ));
-    }
-    let rate = |v: Option<Spanned<f64>>, key: &str| {
-        v.map(|v| {
-            checked(
-                ctx,
-                v,
-                key,
-                |x| x.is_finite() && x > 0.0,
-                "must be a positive number of MB/s",
-            )
-        })
-        .transpose()
-    };
+    let profile = profile_of(
+        ctx,
+        c.profile,
+        "volume.controller.profile",
+        CONTROLLER_PROFILES,
+    )?;
+    let rate = |v, key| positive_mbps(ctx, v, key);
     let cost =
         |v: Option<Spanned<String>>, key: &str| v.map(|v| duration_value(ctx, v, key)).transpose();
     let link_mbps = rate(c.link_mbps, "volume.controller.link_mbps")?;

@@ -919,32 +919,9 @@ fn validate_emulation(
                 ));
             }
         }
-        let profile_span = e.profile.span();
-        let profile = e.profile.into_inner();
-        if !EMULATION_PROFILES.contains(&profile.as_str()) {
-            return Err(ctx.err(
-                profile_span,
-                "volume.emulate.profile",
-                format!(
-                    "profile = \"{profile}\": must be one of {}",
-                    EMULATION_PROFILES.join(", ")
-                ),
-            ));
-        }
-        let rate = |v: Option<Spanned<f64>>, key: &str| {
-            v.map(|v| {
-                checked(
-                    ctx,
-                    v,
-                    key,
-                    |x| x.is_finite() && x > 0.0,
-                    "must be a positive number of MB/s",
-                )
-            })
-            .transpose()
-        };
-        let read_mbps = rate(e.read_mbps, "volume.emulate.read_mbps")?;
-        let write_mbps = rate(e.write_mbps, "volume.emulate.write_mbps")?;
+        let profile = profile_of(ctx, e.profile, "volume.emulate.profile", EMULATION_PROFILES)?;
+        let read_mbps = positive_mbps(ctx, e.read_mbps, "volume.emulate.read_mbps")?;
+        let write_mbps = positive_mbps(ctx, e.write_mbps, "volume.emulate.write_mbps")?;
         let iops = |v: Option<Spanned<f64>>, key: &str| {
             v.map(|v| {
                 checked(
@@ -1137,6 +1114,46 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
 const SHARE_RULE: &str = "must be a share above 0 and at most 1";
 
 /// A number that must pass `ok`; the message is `key = value: rule`.
+/// A profile name that must be one of `known`.
+fn profile_of(
+    ctx: &Ctx,
+    v: Spanned<String>,
+    key: &str,
+    known: &[&str],
+) -> Result<String, ConfigError> {
+    let span = v.span();
+    let profile = v.into_inner();
+    if !known.contains(&profile.as_str()) {
+        return Err(ctx.err(
+            span,
+            key,
+            format!(
+                "profile = \"{profile}\": must be one of {}",
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(profile)
+}
+
+/// An optional bandwidth in MB/s: positive and finite.
+fn positive_mbps(
+    ctx: &Ctx,
+    v: Option<Spanned<f64>>,
+    key: &str,
+) -> Result<Option<f64>, ConfigError> {
+    v.map(|v| {
+        checked(
+            ctx,
+            v,
+            key,
+            |x| x.is_finite() && x > 0.0,
+            "must be a positive number of MB/s",
+        )
+    })
+    .transpose()
+}
+
 fn checked<N: Copy + std::fmt::Display>(
     ctx: &Ctx,
     v: Spanned<N>,
