@@ -490,16 +490,20 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
                 );
             }
             let text = text(value)?;
-            let n = engine.volume.device_count();
-            let base = match inode.layout {
+            let mut base = match inode.layout {
                 Some(l) => l,
                 None => engine.ns.inherited_layout(ino, engine.volume_layout()),
             };
-            let mut layout = parse_layout(text, base).map_err(|e| {
+            // Users name the first device by its id.
+            base.first_device = match inode.kind {
+                Kind::File => engine.volume.device_of_slot(&base, 0) as u32,
+                _ => 0,
+            };
+            let layout = parse_layout(text, base).map_err(|e| {
                 log::info!("refused layout \"{text}\": {e}");
                 Error::Refused(libc::EINVAL, e)
             })?;
-            layout.validate(n).map_err(|e| {
+            let mut layout = engine.on_current_ring(layout).map_err(|e| {
                 log::info!("refused layout \"{text}\": {e}");
                 Error::Refused(libc::EINVAL, e)
             })?;

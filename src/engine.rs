@@ -93,7 +93,6 @@ fn sweep_after_crash(volume: &Volume, ns: &Namespace, inodes: &[Inode]) -> Resul
         .filter(|i| i.kind == Kind::File)
         .map(|i| (i.object, i))
         .collect();
-    let n = volume.device_count();
     let (mut removed, mut trimmed, mut highest) = (0, 0, 0);
     for o in volume.list_objects()? {
         highest = highest.max(o.ino);
@@ -113,7 +112,7 @@ fn sweep_after_crash(volume: &Volume, ns: &Namespace, inodes: &[Inode]) -> Resul
             }
             Some(owner) => {
                 let Some(layout) = owner.layout else { continue };
-                let slot = layout.slot_of_device(o.device, n);
+                let slot = volume.slot_of_device(&layout, o.device);
                 let want = slot.map_or(0, |s| layout.object_len(owner.size, s));
                 if o.len > want {
                     volume.truncate(o.ino, &layout, owner.size)?;
@@ -486,6 +485,17 @@ impl Engine {
             ns.reap_orphans()?;
         }
         let (inodes, _) = ns.snapshot();
+        // A layout naming a ring the devices do not have would send I/O nowhere: the
+        // namespace is damaged, or belongs with devices of a later generation.
+        for i in &inodes {
+            if let Some(e) = i.layout.and_then(|l| volume.validate(&l).err()) {
+                return Err(Error::Store(format!(
+                    "namespace store {}: inode {} has a layout the devices cannot hold ({e});                      `stripefs fsck` lists every such file",
+                    ns_path.display(),
+                    i.ino
+                )));
+            }
+        }
         for i in inodes.iter().filter(|i| i.kind == Kind::File) {
             if let Some(l) = i.layout {
                 volume.set_layout(i.object, l);
@@ -616,9 +626,43 @@ impl Engine {
         Some((c, c.cache()?))
     }
 
-    /// The layout the volume gives new files: the config's, checked against the device count.
+    /// The layout the volume gives new files: the config's, on the ring new files use. Its
+    /// width, when the config leaves it to the volume (all devices), follows devices added
+    /// since.
     pub fn volume_layout(&self) -> Layout {
-        Layout::new(self.config.volume.stripe_size, self.config.width(), 0)
+        let (ring, len) = self.volume.current_ring();
+        Layout {
+            ring,
+            ..Layout::new(
+                self.config.volume.stripe_size,
+                self.config.volume.width.unwrap_or(len).min(len),
+                0,
+            )
+        }
+    }
+
+    /// `layout` (its `first_device` a device id, as users give it) on the ring new files
+    /// use, checked against it.
+    pub fn on_current_ring(&self, layout: Layout) -> std::result::Result<Layout, String> {
+        let (ring, _) = self.volume.current_ring();
+        let rings = self.volume.rings();
+        let place = rings
+            .ring(ring)
+            .and_then(|r| r.iter().position(|&d| d == layout.first_device))
+            .ok_or_else(|| {
+                format!(
+                    "first_device {} is not a device of the volume ({} devices)",
+                    layout.first_device,
+                    self.volume.device_count()
+                )
+            })?;
+        let on = Layout {
+            ring,
+            first_device: place as u32,
+            ..layout
+        };
+        rings.validate(&on)?;
+        Ok(on)
     }
 
     pub fn io_lock(&self, ino: u64) -> Arc<RwLock<()>> {
@@ -1142,7 +1186,8 @@ impl Engine {
     /// Restripes a file with its content unchanged; readers and writers wait meanwhile, so no
     /// one sees a mix. A crash leaves either the old or the new copy, never a blend.
     pub fn migrate(&self, ino: u64, to: Layout) -> Result<Inode> {
-        to.validate(self.volume.device_count())
+        self.volume
+            .validate(&to)
             .map_err(|_| Error::Errno(libc::EINVAL))?;
         let lock = self.io_lock(ino);
         let _alone = lock.write();
@@ -1199,16 +1244,13 @@ impl Engine {
 
     pub fn layout_info(&self, ino: u64) -> Result<LayoutInfo> {
         let inode = self.ns.get(ino)?;
-        let n = self.volume.device_count();
         let (layout, inherited) = match (inode.kind, inode.layout) {
             (Kind::File, Some(l)) => (l, false),
             (Kind::Dir, Some(l)) => (l, false),
             (Kind::Dir, None) => (self.ns.inherited_layout(ino, self.volume_layout()), true),
             _ => return errno(libc::ENODATA),
         };
-        let device_indices: Vec<usize> = (0..layout.width)
-            .map(|s| layout.device_of_slot(s, n))
-            .collect();
+        let device_indices = self.volume.rings().devices_of(&layout);
         let devices = device_indices
             .iter()
             .map(|&d| self.volume.device_path(d).to_path_buf())
@@ -1230,7 +1272,7 @@ impl Engine {
         Ok(LayoutInfo {
             stripe_size: layout.stripe_size,
             width: layout.width,
-            first_device: layout.first_device,
+            first_device: device_indices[0] as u32,
             devices,
             device_indices,
             size: inode.size,

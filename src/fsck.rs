@@ -261,7 +261,6 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
     }
 
     // Objects against the files that own them.
-    let n = volume.device_count();
     let owners: HashMap<u64, &Inode> = inodes
         .iter()
         .filter(|i| i.kind == Kind::File)
@@ -305,7 +304,7 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
         };
         seen.insert(o.ino);
         let Some(layout) = owner.layout else { continue };
-        let Some(slot) = layout.slot_of_device(o.device, n) else {
+        let Some(slot) = volume.slot_of_device(&layout, o.device) else {
             if repair {
                 volume.remove_from(o.device, o.ino)?;
             }

@@ -57,7 +57,7 @@ impl StripeFs {
                     ..node
                 },
                 self.engine.volume_layout(),
-                self.engine.volume.device_count(),
+                self.engine.volume.current_ring().1,
             ),
         };
         match created {

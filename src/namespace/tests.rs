@@ -24,6 +24,7 @@ const L: Layout = Layout {
     stripe_size: 65536,
     width: 2,
     first_device: 0,
+    ring: 0,
 };
 
 #[test]

@@ -13,9 +13,9 @@ impl Namespace {
         name: &[u8],
         node: NewNode,
         default_layout: Layout,
-        device_count: u32,
+        ring_len: u32,
     ) -> Result<Inode> {
-        self.create_in(parent, Some(name), node, default_layout, device_count)
+        self.create_in(parent, Some(name), node, default_layout, ring_len)
     }
 
     /// O_TMPFILE: a regular file in `parent` with no name (nlink 0), opened once here; it
@@ -25,12 +25,12 @@ impl Namespace {
         parent: u64,
         node: NewNode,
         default_layout: Layout,
-        device_count: u32,
+        ring_len: u32,
     ) -> Result<Inode> {
         if node.kind != Kind::File {
             return errno(libc::EINVAL);
         }
-        self.create_in(parent, None, node, default_layout, device_count)
+        self.create_in(parent, None, node, default_layout, ring_len)
     }
 
     fn create_in(
@@ -39,7 +39,7 @@ impl Namespace {
         name: Option<&[u8]>,
         node: NewNode,
         default_layout: Layout,
-        device_count: u32,
+        ring_len: u32,
     ) -> Result<Inode> {
         if let Some(name) = name {
             check_name(name)?;
@@ -82,7 +82,9 @@ impl Namespace {
             let now = Time::now();
             let layout = match node.kind {
                 Kind::File => Some(Layout {
-                    first_device: (ino % device_count as u64) as u32,
+                    // New files go on the ring the volume lays new files on.
+                    first_device: (ino % ring_len as u64) as u32,
+                    ring: default_layout.ring,
                     ..file_layout
                 }),
                 _ => None,

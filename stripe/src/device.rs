@@ -2,6 +2,7 @@
 //! mount refuse a missing, foreign, misordered or busy device.
 
 use crate::error::{Result, StripeError};
+use crate::layout::Rings;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -30,6 +31,37 @@ pub struct Superblock {
     pub stripe_size: u32,
     pub width: u32,
     pub created_unix: u64,
+    /// Bumped by every change of the device set: the devices of a volume agree on it, except
+    /// while a change is under way (then mount finishes or undoes it).
+    #[serde(default)]
+    pub generation: u64,
+    /// The rings layouts are laid on (see `Rings`); none in superblocks made before devices
+    /// could be added: ring 0 is then the devices at mkfs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rings: Vec<Vec<u32>>,
+    /// Where each device (by id) was when the set last changed: how mount finds a device
+    /// added after the config it was given was written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathBuf>,
+}
+
+impl Superblock {
+    /// The device set's rings.
+    pub fn rings(&self) -> Rings {
+        if self.rings.is_empty() {
+            Rings::initial(self.device_count)
+        } else {
+            Rings(self.rings.clone())
+        }
+    }
+
+    /// This device's superblock in the set another device's superblock describes.
+    pub(crate) fn as_device(&self, index: u32) -> Superblock {
+        Superblock {
+            device_index: index,
+            ..self.clone()
+        }
+    }
 }
 
 /// What `format` is asked to make.
@@ -184,6 +216,9 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
             stripe_size: opts.stripe_size,
             width: opts.width,
             created_unix,
+            generation: 0,
+            rings: Vec::new(),
+            paths: opts.devices.to_vec(),
         };
         let text = serde_json::to_string_pretty(&sb).expect("superblock serialises");
         write_durably(&meta.join(SUPERBLOCK), text.as_bytes())
@@ -264,14 +299,17 @@ pub fn first_device(paths: &[PathBuf]) -> Option<&PathBuf> {
 }
 
 /// Reads and checks every device's superblock and locks them; returns them in the volume's
-/// order (by the index in their superblocks), whatever the order given. With
-/// `allow_missing` (a degraded mount), listed devices whose directory or superblock is gone
-/// are returned as `missing` in the places no present device claims.
+/// order (by the index in their superblocks), whatever the order given. A device added to
+/// the volume after the list was written is found where its superblock says it was put, and
+/// a change of the device set cut short by a crash is finished (or, when the new device is
+/// gone, undone) here, so the volume mounts as before the change or as after it. With
+/// `allow_missing` (a degraded mount), devices whose directory or superblock is gone are
+/// returned as `missing` in the places no present device claims.
 pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec<DeviceInfo>> {
     if paths.is_empty() {
         return Err(StripeError::Devices("no devices given".into()));
     }
-    let mut present: Vec<(usize, &PathBuf)> = Vec::with_capacity(paths.len());
+    let mut present: Vec<(usize, PathBuf)> = Vec::with_capacity(paths.len());
     let mut found = Vec::with_capacity(paths.len());
     let mut missing: Vec<(usize, &PathBuf, String)> = Vec::new();
     for (i, path) in paths.iter().enumerate() {
@@ -280,7 +318,7 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
         } else {
             match read_superblock(path).map_err(StripeError::Devices)? {
                 Some(sb) => {
-                    present.push((i, path));
+                    present.push((i, path.clone()));
                     found.push(sb);
                     continue;
                 }
@@ -291,32 +329,27 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
                 ),
             }
         };
-        if !allow_missing {
-            return Err(StripeError::Devices(format!(
-                "{why}. A volume with a device lost can be mounted read-only with --degraded"
-            )));
-        }
         missing.push((i, path, why));
     }
     if found.is_empty() {
-        return Err(StripeError::Devices(
-            "none of the listed devices holds a stripefs volume: nothing to mount".into(),
-        ));
+        return Err(StripeError::Devices(match missing.first() {
+            Some((_, _, why)) if !allow_missing => why.clone(),
+            _ => "none of the listed devices holds a stripefs volume: nothing to mount".into(),
+        }));
     }
-    let present_paths: Vec<PathBuf> = present.iter().map(|(_, p)| (*p).clone()).collect();
+    let present_paths: Vec<PathBuf> = present.iter().map(|(_, p)| p.clone()).collect();
     check_same_volume(&present_paths, &found)?;
+    find_unlisted(&mut present, &mut found);
+    let newest = found.iter().map(|s| s.generation).max().unwrap_or(0);
+    let set = found
+        .iter()
+        .find(|s| s.generation == newest)
+        .unwrap()
+        .clone();
+    // While a change is under way the superblocks of two generations describe two sets;
+    // which one mounts is settled once the devices are locked.
+    let mixed = found.iter().any(|s| s.generation != newest);
     for (k, ((_, path), sb)) in present.iter().zip(&found).enumerate() {
-        if sb.device_count as usize != paths.len() {
-            return Err(StripeError::Devices(format!(
-                "volume {} has {} devices, but {} are listed (device {} says it is {} of {})",
-                sb.volume_uuid,
-                sb.device_count,
-                paths.len(),
-                path.display(),
-                sb.device_index,
-                sb.device_count
-            )));
-        }
         // The list may be in any order: each device is found by its superblock, as mdadm
         // assembles by UUID. Two entries claiming one place are two copies of a device.
         if let Some(j) = found[..k]
@@ -341,18 +374,63 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             )));
         }
     }
-    // Missing devices take the places no present device claims, in the order listed.
-    let claimed: Vec<u32> = found.iter().map(|sb| sb.device_index).collect();
-    let free = (0..paths.len() as u32).filter(|i| !claimed.contains(i));
+    let claimed = |id: u32| found.iter().any(|s| s.device_index == id);
+    let lost: Vec<u32> = (0..set.device_count).filter(|&i| !claimed(i)).collect();
+    if !mixed && !lost.is_empty() && !allow_missing {
+        let why = missing.first().map_or_else(
+            || {
+                format!(
+                    "volume {} has {} devices, but {} are listed (device {} is not among them)",
+                    set.volume_uuid,
+                    set.device_count,
+                    paths.len(),
+                    lost[0]
+                )
+            },
+            |m| m.2.clone(),
+        );
+        return Err(StripeError::Devices(format!(
+            "{why}. A volume with a device lost can be mounted read-only with --degraded"
+        )));
+    }
+    if !mixed && present.len() > set.device_count as usize {
+        return Err(StripeError::Devices(format!(
+            "volume {} has {} devices, but {} are listed",
+            set.volume_uuid,
+            set.device_count,
+            paths.len()
+        )));
+    }
     let mut devices = Vec::with_capacity(paths.len());
-    for ((listed_as, path, why), index) in missing.into_iter().zip(free) {
-        log::error!("DEVICE MISSING: {why}; mounted degraded as device {index}");
-        let superblock = Superblock {
-            device_index: index,
-            ..found[0].clone()
-        };
+    for ((listed_as, path), superblock) in present.into_iter().zip(found) {
+        let index = superblock.device_index as usize;
+        let lock = lock_device(index, &path)?;
         devices.push(DeviceInfo {
-            index: index as usize,
+            index,
+            listed_as,
+            path,
+            superblock,
+            missing: false,
+            _lock: Some(lock),
+        });
+    }
+    if mixed {
+        settle_interrupted_change(&mut devices, &set)?;
+    }
+    // Missing devices take the places no present device claims, in the order listed.
+    let count = devices[0].superblock.device_count;
+    let claimed: Vec<usize> = devices.iter().map(|d| d.index).collect();
+    let free = (0..count as usize).filter(|i| !claimed.contains(i));
+    for ((listed_as, path, why), index) in missing.into_iter().zip(free) {
+        if !allow_missing {
+            return Err(StripeError::Devices(format!(
+                "{why}. A volume with a device lost can be mounted read-only with --degraded"
+            )));
+        }
+        log::error!("DEVICE MISSING: {why}; mounted degraded as device {index}");
+        let superblock = devices[0].superblock.as_device(index as u32);
+        devices.push(DeviceInfo {
+            index,
             listed_as,
             path: path.clone(),
             superblock,
@@ -360,20 +438,148 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             _lock: None,
         });
     }
-    for ((listed_as, path), superblock) in present.into_iter().zip(found) {
-        let index = superblock.device_index as usize;
-        let lock = lock_device(index, path)?;
-        devices.push(DeviceInfo {
-            index,
-            listed_as,
-            path: path.clone(),
-            superblock,
-            missing: false,
-            _lock: Some(lock),
-        });
-    }
     devices.sort_by_key(|d| d.index);
+    if devices.len() != count as usize || devices.iter().enumerate().any(|(i, d)| d.index != i) {
+        let have: Vec<usize> = devices.iter().map(|d| d.index).collect();
+        return Err(StripeError::Devices(format!(
+            "volume {} has {count} devices, but the listed ones are devices {have:?}: list \
+             every device of the volume (or mount read-only with --degraded)",
+            devices[0].superblock.volume_uuid
+        )));
+    }
     Ok(devices)
+}
+
+/// Devices added since mkfs that the list lacks but that sit where the set recorded them
+/// (the daemon stopped between adding one and updating the config): taken in, with a
+/// warning. A device of mkfs missing from the list stays the user's mistake to fix.
+fn find_unlisted(present: &mut Vec<(usize, PathBuf)>, found: &mut Vec<Superblock>) {
+    let Some(set) = found.iter().max_by_key(|s| s.generation).cloned() else {
+        return;
+    };
+    let at_mkfs = set.rings().0[0].len() as u32;
+    for id in at_mkfs..set.device_count {
+        if found.iter().any(|s| s.device_index == id) {
+            continue;
+        }
+        let Some(path) = set.paths.get(id as usize) else {
+            continue;
+        };
+        if present.iter().any(|(_, p)| p == path) {
+            continue;
+        }
+        if let Ok(Some(sb)) = read_superblock(path) {
+            if sb.volume_uuid == set.volume_uuid && sb.device_index == id {
+                log::warn!(
+                    "device {id} of volume {} is not in the config; found at {}, where it was \
+                     added: add it to the config's devices",
+                    set.volume_uuid,
+                    path.display()
+                );
+                present.push((usize::MAX, path.clone()));
+                found.push(sb);
+            }
+        }
+    }
+}
+
+/// Finishes a change of the device set that a crash cut short (some superblocks of the next
+/// generation written, some not): forward when every device of the new set is here, else
+/// back to the old set, which is safe because no file is laid on the new ring before every
+/// superblock has it. A device two generations behind is not a change cut short: refused.
+fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -> Result<()> {
+    let Some(old) = devices
+        .iter()
+        .map(|d| d.superblock.clone())
+        .find(|s| s.generation < next.generation)
+    else {
+        return Ok(());
+    };
+    if let Some(stale) = devices
+        .iter()
+        .find(|d| d.superblock.generation + 1 < next.generation)
+    {
+        return Err(StripeError::Devices(format!(
+            "device {} is at generation {} of volume {}, the others at {}: it is an old copy \
+             (restored from a backup?), not the device the volume now holds",
+            stale.path.display(),
+            stale.superblock.generation,
+            next.volume_uuid,
+            next.generation
+        )));
+    }
+    let all_here = (0..next.device_count as usize).all(|i| devices.iter().any(|d| d.index == i));
+    let target = if all_here { next.clone() } else { old };
+    log::warn!(
+        "the device set of volume {} was being changed when the daemon stopped: {} it \
+         (generation {})",
+        next.volume_uuid,
+        if all_here { "finishing" } else { "undoing" },
+        target.generation
+    );
+    devices.retain(|d| (d.index as u32) < target.device_count);
+    for d in devices.iter_mut() {
+        if d.superblock != target.as_device(d.index as u32) {
+            let sb = target.as_device(d.index as u32);
+            write_superblock(&d.path, &sb).map_err(|e| io_err(d.index, &d.path, e))?;
+            d.superblock = sb;
+        }
+    }
+    Ok(())
+}
+
+/// Makes the directory `path` device `sb.device_index` of a volume whose next device set
+/// `sb` describes: its object directories and superblock, and the lock a mount holds. A
+/// directory of another volume is refused; one this volume's interrupted add left is taken.
+pub(crate) fn join(path: &Path, sb: &Superblock, listed_as: usize) -> Result<DeviceInfo> {
+    let index = sb.device_index as usize;
+    if !path.is_dir() {
+        return Err(StripeError::Devices(format!(
+            "{} is not a directory: a device is a directory on the disk it stands for",
+            path.display()
+        )));
+    }
+    match read_superblock(path).map_err(StripeError::Devices)? {
+        Some(old)
+            if old.volume_uuid == sb.volume_uuid
+                && old.device_index == sb.device_index
+                && old.generation >= sb.generation => {}
+        Some(old) => {
+            return Err(StripeError::Devices(format!(
+                "{} already holds stripefs volume {} (device {} of {}): not added; a device \
+                 joins empty (wipe its {META_DIR} if that volume is gone for good)",
+                path.display(),
+                old.volume_uuid,
+                old.device_index,
+                old.device_count
+            )))
+        }
+        None => {}
+    }
+    let meta = path.join(META_DIR);
+    let mut builder = fs::DirBuilder::new();
+    builder.mode(0o700).recursive(true);
+    for fan in 0..FANOUT {
+        builder
+            .create(meta.join(OBJECTS).join(format!("{fan:02x}")))
+            .map_err(|e| io_err(index, path, e))?;
+    }
+    let lock = lock_device(index, path)?;
+    write_superblock(path, sb).map_err(|e| io_err(index, path, e))?;
+    Ok(DeviceInfo {
+        index,
+        listed_as,
+        path: path.to_path_buf(),
+        superblock: sb.clone(),
+        missing: false,
+        _lock: Some(lock),
+    })
+}
+
+/// Writes a device's superblock durably (a whole new file renamed over the old).
+pub(crate) fn write_superblock(device: &Path, sb: &Superblock) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(sb).expect("superblock serialises");
+    write_durably(&device.join(META_DIR).join(SUPERBLOCK), text.as_bytes())
 }
 
 #[cfg(test)]

@@ -1,15 +1,118 @@
 //! Where a file's bytes live. Stripe `k` of a file goes to slot `k % width`, at offset
-//! `(k / width) * stripe_size` in that slot's object file; slot `s` is device
-//! `(first_device + s) % device_count`. Consecutive stripes of one slot are contiguous in its
-//! object, so any contiguous file range touches each slot's object in one contiguous range.
+//! `(k / width) * stripe_size` in that slot's object file; slot `s` is the device at place
+//! `(first_device + s) % len` of the layout's ring, an ordered list of device ids (see
+//! `Rings`). Consecutive stripes of one slot are contiguous in its object, so any contiguous
+//! file range touches each slot's object in one contiguous range.
 
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredLayout", into = "StoredLayout")]
 pub struct Layout {
     pub stripe_size: u32,
     pub width: u32,
+    /// The place in the ring of slot 0's device.
     pub first_device: u32,
+    /// Which ring of the volume's device set the layout is laid on: devices are named by
+    /// stable ids, so adding a device (a new ring) never remaps an existing file.
+    pub ring: u16,
+}
+
+/// A layout as records store it: the ring in the high half of `first_device`, so records
+/// written before rings existed (ring 0, the devices at mkfs) read unchanged.
+#[derive(Serialize, Deserialize)]
+struct StoredLayout {
+    stripe_size: u32,
+    width: u32,
+    first_device: u32,
+}
+
+impl From<StoredLayout> for Layout {
+    fn from(s: StoredLayout) -> Layout {
+        Layout {
+            stripe_size: s.stripe_size,
+            width: s.width,
+            first_device: s.first_device & 0xffff,
+            ring: (s.first_device >> 16) as u16,
+        }
+    }
+}
+
+impl From<Layout> for StoredLayout {
+    fn from(l: Layout) -> StoredLayout {
+        StoredLayout {
+            stripe_size: l.stripe_size,
+            width: l.width,
+            first_device: (l.ring as u32) << 16 | (l.first_device & 0xffff),
+        }
+    }
+}
+
+/// The rings of a volume's device set: ring `r` is the ordered list of device ids that
+/// layouts on ring `r` stripe over. Ring 0 is the devices at mkfs; each change of the device
+/// set that new files should use adds a ring (rings are never changed, so a layout always
+/// means the same devices).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rings(pub Vec<Vec<u32>>);
+
+impl Rings {
+    /// The one ring of a volume made with `count` devices.
+    pub fn initial(count: u32) -> Rings {
+        Rings(vec![(0..count).collect()])
+    }
+
+    /// The ring new files are laid on.
+    pub fn current(&self) -> u16 {
+        (self.0.len() - 1) as u16
+    }
+
+    pub fn ring(&self, ring: u16) -> Option<&[u32]> {
+        self.0.get(ring as usize).map(|r| r.as_slice())
+    }
+
+    /// The device id of a slot of `layout` (which `validate` accepted).
+    pub fn device_of_slot(&self, layout: &Layout, slot: u32) -> usize {
+        let ring = &self.0[layout.ring as usize];
+        ring[((layout.first_device + slot) as usize) % ring.len()] as usize
+    }
+
+    /// The device ids of a layout's slots, in slot order.
+    pub fn devices_of(&self, layout: &Layout) -> Vec<usize> {
+        (0..layout.width)
+            .map(|s| self.device_of_slot(layout, s))
+            .collect()
+    }
+
+    /// Slot of a device in `layout`, if the file spans it.
+    pub fn slot_of_device(&self, layout: &Layout, device: usize) -> Option<u32> {
+        let ring = self.0.get(layout.ring as usize)?;
+        let place = ring.iter().position(|&d| d as usize == device)? as u32;
+        let len = ring.len() as u32;
+        let slot = (place + len - layout.first_device % len) % len;
+        (slot < layout.width).then_some(slot)
+    }
+
+    /// Checks `layout` against these rings: its ring exists, and its width and first device
+    /// fit in it.
+    pub fn validate(&self, layout: &Layout) -> Result<(), String> {
+        let Some(ring) = self.ring(layout.ring) else {
+            return Err(format!(
+                "ring {} is not one of the volume's {} device rings",
+                layout.ring,
+                self.0.len()
+            ));
+        };
+        layout.validate(ring.len() as u32)
+    }
+
+    /// The ring a new device joins: the current one with `device` appended.
+    pub fn with_device(&self, device: u32) -> Rings {
+        let mut next = self.0.clone();
+        let mut ring = next.last().cloned().unwrap_or_default();
+        ring.push(device);
+        next.push(ring);
+        Rings(next)
+    }
 }
 
 /// One slot's share of a request: a contiguous object range, gathered from or scattered to
@@ -32,15 +135,17 @@ impl SlotIo {
 }
 
 impl Layout {
+    /// A layout on ring 0 (the devices at mkfs).
     pub fn new(stripe_size: u32, width: u32, first_device: u32) -> Layout {
         Layout {
             stripe_size,
             width,
             first_device,
+            ring: 0,
         }
     }
 
-    /// Checks the layout against the volume's device count.
+    /// Checks the layout against the length of its ring.
     pub fn validate(&self, device_count: u32) -> Result<(), String> {
         let s = self.stripe_size as u64;
         if !s.is_power_of_two() || !(8 * 1024..=256 * 1024).contains(&s) {
@@ -62,17 +167,6 @@ impl Layout {
             ));
         }
         Ok(())
-    }
-
-    /// Device index (in the volume) of a slot.
-    pub fn device_of_slot(&self, slot: u32, device_count: u32) -> usize {
-        ((self.first_device + slot) % device_count) as usize
-    }
-
-    /// Slot of a device in this layout, if the file spans it.
-    pub fn slot_of_device(&self, device: usize, device_count: u32) -> Option<u32> {
-        let slot = (device as u32 + device_count - self.first_device) % device_count;
-        (slot < self.width).then_some(slot)
     }
 
     /// File offset -> (slot, offset in that slot's object).
@@ -209,11 +303,18 @@ mod tests {
         }
 
         #[test]
-        fn device_slot_round_trip((layout, n) in layouts(), slot_seed in 0u32..64) {
+        fn device_slot_round_trip((layout, n) in layouts(), slot_seed in 0u32..64, added in 0u32..3) {
+            let mut rings = Rings::initial(n);
+            for k in 0..added {
+                rings = rings.with_device(n + k);
+            }
             let slot = slot_seed % layout.width;
-            let dev = layout.device_of_slot(slot, n);
-            prop_assert!(dev < n as usize);
-            prop_assert_eq!(layout.slot_of_device(dev, n), Some(slot));
+            let dev = rings.device_of_slot(&layout, slot);
+            prop_assert!(dev < n as usize, "a ring-0 layout stays on the devices at mkfs");
+            prop_assert_eq!(rings.slot_of_device(&layout, dev), Some(slot));
+            let on_new = Layout { ring: rings.current(), ..layout };
+            let dev = rings.device_of_slot(&on_new, slot);
+            prop_assert_eq!(rings.slot_of_device(&on_new, dev), Some(slot));
         }
     }
 
@@ -228,6 +329,43 @@ mod tests {
         assert!(plan
             .iter()
             .all(|p| p.len() == 256 * 1024 && p.obj_offset == 0));
+    }
+
+    #[test]
+    fn records_made_before_rings_read_as_ring_0_and_rings_round_trip() {
+        let config = bincode::config::standard();
+        let old = StoredLayout {
+            stripe_size: 65536,
+            width: 3,
+            first_device: 2,
+        };
+        let bytes = bincode::serde::encode_to_vec(&old, config).unwrap();
+        let (l, _): (Layout, _) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(l, Layout::new(65536, 3, 2));
+        let on_ring = Layout { ring: 7, ..l };
+        let bytes = bincode::serde::encode_to_vec(on_ring, config).unwrap();
+        let (back, _): (Layout, _) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(back, on_ring);
+    }
+
+    #[test]
+    fn an_added_device_never_remaps_an_existing_file() {
+        let rings = Rings::initial(3);
+        let old = Layout::new(65536, 3, 2);
+        assert_eq!(rings.devices_of(&old), [2, 0, 1]);
+        let grown = rings.with_device(3);
+        assert_eq!(grown.devices_of(&old), [2, 0, 1]);
+        let new = Layout {
+            ring: grown.current(),
+            width: 4,
+            ..old
+        };
+        assert_eq!(grown.devices_of(&new), [2, 3, 0, 1]);
+        assert!(grown.validate(&new).is_ok());
+        assert!(
+            rings.validate(&new).is_err(),
+            "ring 1 is unknown before the add"
+        );
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub use emulate::{
 pub use engine::{EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::IoBuf;
-pub use layout::{Layout, SlotIo};
+pub use layout::{Layout, Rings, SlotIo};
 pub use volume::{
     statvfs, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume, DEFAULT_IO_THREADS,
+    MAX_DEVICES,
 };

@@ -7,9 +7,9 @@ use crate::emulate::{Controller, ControllerModel, DeviceModel, Emulated};
 use crate::engine::{DevOp, EngineChoice, EngineKind, IoEngine};
 use crate::error::{Result, StripeError};
 use crate::io::IoBuf;
-use crate::layout::{Layout, SlotIo};
+use crate::layout::{Layout, Rings, SlotIo};
 use dashmap::DashMap;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::fs::File;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use uuid::Uuid;
 
 mod extents;
+mod grow;
 pub use extents::Seek;
 
 /// An injected fault: I/O of a device fails with `errno` (for tests and drills).
@@ -71,34 +72,106 @@ struct Objects {
     direct: Vec<OnceLock<Option<Arc<File>>>>,
 }
 
-/// The devices and their health: what a completing I/O needs to account for itself.
-struct DeviceSet {
-    devices: Vec<DeviceInfo>,
-    health: Vec<Health>,
-    /// Each device's object directory, held open: objects are opened beneath it (none for a
+/// The most devices a volume holds (as md caps its members).
+pub const MAX_DEVICES: usize = 256;
+
+/// One device of the set.
+struct Device {
+    info: DeviceInfo,
+    health: Health,
+    /// The device's object directory, held open: objects are opened beneath it (none for a
     /// device missing at a degraded mount).
-    objects: Vec<Option<OwnedFd>>,
+    objects: Option<OwnedFd>,
+    /// Its files live in memory, so its buffered I/O runs on the submitting thread.
+    ram_backed: bool,
+}
+
+impl Device {
+    fn new(info: DeviceInfo) -> Result<Device> {
+        let objects = match info.missing {
+            true => None,
+            false => Some(objects_dir(&info.path).map_err(|e| StripeError::Io {
+                index: info.index,
+                path: info.path.clone(),
+                source: e,
+            })?),
+        };
+        Ok(Device {
+            health: Health {
+                failed: AtomicBool::new(info.missing),
+                read_errors: AtomicU64::new(0),
+                write_errors: AtomicU64::new(0),
+                identity: identity(&info.path),
+                faults: Default::default(),
+                dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ info.index as u64),
+            },
+            ram_backed: ram_backed(&info.path),
+            objects,
+            info,
+        })
+    }
+}
+
+/// The devices and their health: what a completing I/O needs to account for itself. Devices
+/// join while the volume is mounted: each place is filled once, and the count published
+/// after it, so I/O in flight never takes a lock to find its device.
+struct DeviceSet {
+    places: Box<[OnceLock<Device>]>,
+    count: AtomicUsize,
 }
 
 impl DeviceSet {
+    fn new(devices: Vec<DeviceInfo>) -> Result<DeviceSet> {
+        let set = DeviceSet {
+            places: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
+            count: AtomicUsize::new(0),
+        };
+        for d in devices {
+            set.push(Device::new(d)?);
+        }
+        Ok(set)
+    }
+
+    fn push(&self, device: Device) {
+        let at = self.len();
+        debug_assert_eq!(device.info.index, at, "devices join in id order");
+        if self.places[at].set(device).is_ok() {
+            self.count
+                .store(at + 1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Device `id`, which the volume has (ids come from layouts the volume checked).
+    fn dev(&self, id: usize) -> &Device {
+        self.places[id].get().expect("a device of the volume")
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Device> {
+        self.places[..self.len()].iter().filter_map(|p| p.get())
+    }
+
     fn io_err(&self, device: usize, source: io::Error) -> StripeError {
         StripeError::Io {
             index: device,
-            path: self.devices[device].path.clone(),
+            path: self.dev(device).info.path.clone(),
             source,
         }
     }
 
     fn failed(&self, dev: usize) -> bool {
-        self.health[dev].failed.load(Relaxed)
+        self.dev(dev).health.failed.load(Relaxed)
     }
 
     /// Looks at every device: one whose directory vanished or holds another disk now is marked
     /// failed (its I/O fails with EIO from then on). Returns the devices newly failed.
     fn check_devices(&self) -> Vec<usize> {
         let mut newly = Vec::new();
-        for (i, d) in self.devices.iter().enumerate() {
-            let h = &self.health[i];
+        for (i, dev) in self.iter().enumerate() {
+            let (d, h) = (&dev.info, &dev.health);
             if h.failed.load(Relaxed) {
                 continue;
             }
@@ -117,7 +190,7 @@ impl DeviceSet {
 
     /// Refuses I/O of a failed device, and fails I/O that an injected fault selects.
     fn admit(&self, dev: usize, write: bool, io: &SlotIo) -> Result<()> {
-        let h = &self.health[dev];
+        let h = &self.dev(dev).health;
         if h.failed.load(Relaxed) {
             return Err(self.io_err(dev, io::Error::from_raw_os_error(libc::EIO)));
         }
@@ -143,7 +216,7 @@ impl DeviceSet {
     /// Counts a failed I/O against its device, and looks whether the device is still there.
     fn note_error<T>(&self, dev: usize, write: bool, r: Result<T>) -> Result<T> {
         if r.is_err() {
-            let h = &self.health[dev];
+            let h = &self.dev(dev).health;
             if write {
                 &h.write_errors
             } else {
@@ -251,21 +324,24 @@ fn ram_backed(path: &Path) -> bool {
 
 pub struct Volume {
     set: Arc<DeviceSet>,
+    /// The rings layouts are laid on; a device joining adds one.
+    rings: RwLock<Arc<Rings>>,
+    /// The device set as the superblocks describe it; held while it changes.
+    descriptor: Mutex<crate::device::Superblock>,
     uuid: Uuid,
     open: DashMap<u64, Arc<Objects>>,
-    /// Per device: the model that makes it behave like a slower drive, if any.
+    /// Per device: the model that makes it behave like a slower drive, if any (devices that
+    /// joined while mounted have none).
     emulated: Vec<Option<Emulated>>,
     /// The emulated RAID card the devices it serves book their I/O through.
     controller: Option<Controller>,
-    /// Per device: its files live in memory, so its buffered I/O runs on the submitting thread.
-    ram_backed: Vec<bool>,
     /// Layout of each object, for callers that address objects alone (the cache's core).
     layouts: DashMap<u64, Layout>,
     /// Whole-block object I/O bypasses the devices' page cache (`device_io = "direct"`).
     direct: AtomicBool,
     engine: OnceLock<IoEngine>,
     /// The largest object file every device's filesystem accepts.
-    max_object_len: u64,
+    max_object_len: AtomicU64,
 }
 
 /// What one device can hold, from statvfs.
@@ -302,48 +378,25 @@ impl Volume {
     pub fn open_with(paths: &[PathBuf], degraded: bool) -> Result<Volume> {
         let devices = open_devices(paths, degraded)?;
         let uuid = devices[0].superblock.volume_uuid;
-        let health = devices
+        let rings = devices[0].superblock.rings();
+        let descriptor = devices[0].superblock.clone();
+        let emulated = devices.iter().map(|_| None).collect();
+        let set = DeviceSet::new(devices)?;
+        let max_object_len = set
             .iter()
-            .map(|d| Health {
-                failed: AtomicBool::new(d.missing),
-                read_errors: AtomicU64::new(0),
-                write_errors: AtomicU64::new(0),
-                identity: identity(&d.path),
-                faults: Default::default(),
-                dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ d.index as u64),
-            })
-            .collect();
-        let objects = devices
-            .iter()
-            .map(|d| {
-                if d.missing {
-                    return Ok(None);
-                }
-                objects_dir(&d.path).map(Some).map_err(|e| StripeError::Io {
-                    index: d.index,
-                    path: d.path.clone(),
-                    source: e,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let max_object_len = objects
-            .iter()
-            .flatten()
+            .filter_map(|d| d.objects.as_ref())
             .map(largest_file)
             .min()
             .unwrap_or(0);
         Ok(Volume {
-            max_object_len,
-            emulated: devices.iter().map(|_| None).collect(),
+            max_object_len: AtomicU64::new(max_object_len),
+            emulated,
             controller: None,
-            ram_backed: devices.iter().map(|d| ram_backed(&d.path)).collect(),
             layouts: DashMap::new(),
             direct: AtomicBool::new(false),
-            set: Arc::new(DeviceSet {
-                devices,
-                health,
-                objects,
-            }),
+            set: Arc::new(set),
+            rings: RwLock::new(Arc::new(rings)),
+            descriptor: Mutex::new(descriptor),
             uuid,
             open: DashMap::new(),
             engine: OnceLock::new(),
@@ -360,32 +413,27 @@ impl Volume {
         if let Some(e) = self.engine.get() {
             return Ok(e.kind());
         }
-        let engine =
-            IoEngine::start(choice, self.set.devices.len(), threads_per_device).map_err(|e| {
-                StripeError::Devices(format!("cannot start the {choice:?} I/O engine: {e}"))
-            })?;
+        let engine = IoEngine::start(choice, self.set.len(), threads_per_device).map_err(|e| {
+            StripeError::Devices(format!("cannot start the {choice:?} I/O engine: {e}"))
+        })?;
         Ok(self.engine.get_or_init(|| engine).kind())
     }
 
     fn engine(&self) -> &IoEngine {
         self.engine.get_or_init(|| {
-            IoEngine::start(
-                EngineChoice::Auto,
-                self.set.devices.len(),
-                DEFAULT_IO_THREADS,
-            )
-            .expect("an I/O engine (threads) starts")
+            IoEngine::start(EngineChoice::Auto, self.set.len(), DEFAULT_IO_THREADS)
+                .expect("an I/O engine (threads) starts")
         })
     }
 
     /// Whether I/O of a file laid out so completes on the calling thread: every device it
     /// spans keeps its files in memory and is not emulated.
     pub fn completes_inline(&self, layout: &Layout) -> bool {
-        let n = self.device_count();
+        let rings = self.rings.read();
         (0..layout.width).all(|s| {
-            let d = layout.device_of_slot(s, n);
-            self.ram_backed[d]
-                && self.emulated[d].is_none()
+            let d = rings.device_of_slot(layout, s);
+            self.set.dev(d).ram_backed
+                && self.emulated(d).is_none()
                 && !self.controller.as_ref().is_some_and(|c| c.serves(d))
         })
     }
@@ -425,8 +473,9 @@ impl Volume {
         if !self.direct.load(Relaxed) || !aligned {
             return None;
         }
-        let dir = self.set.objects[device].as_ref()?;
-        objs.direct[device]
+        let dir = self.set.dev(device).objects.as_ref()?;
+        objs.direct
+            .get(device)?
             .get_or_init(|| {
                 open_beneath(dir, &object_rel(ino), libc::O_RDWR | libc::O_DIRECT)
                     .inspect_err(|e| {
@@ -440,7 +489,7 @@ impl Volume {
 
     /// Makes I/O of device `index` fail as `fault` says.
     pub fn inject(&self, index: usize, fault: Fault) {
-        self.set.health[index].faults.write().push(fault);
+        self.set.dev(index).health.faults.write().push(fault);
     }
 
     /// Looks at every device: one whose directory vanished or holds another disk now is marked
@@ -451,8 +500,8 @@ impl Volume {
 
     pub fn health(&self) -> Vec<DeviceHealth> {
         self.set
-            .health
             .iter()
+            .map(|d| &d.health)
             .map(|h| DeviceHealth {
                 failed: h.failed.load(Relaxed),
                 read_errors: h.read_errors.load(Relaxed),
@@ -489,17 +538,16 @@ impl Volume {
     /// The devices missing at a degraded mount.
     pub fn missing(&self) -> Vec<usize> {
         self.set
-            .devices
             .iter()
-            .filter(|d| d.missing)
-            .map(|d| d.index)
+            .filter(|d| d.info.missing)
+            .map(|d| d.info.index)
             .collect()
     }
 
     /// Each device's place in the list the volume was opened with (the config's `devices`),
     /// in the volume's order.
     pub fn listed_as(&self) -> Vec<usize> {
-        self.set.devices.iter().map(|d| d.listed_as).collect()
+        self.set.iter().map(|d| d.info.listed_as).collect()
     }
 
     pub fn models(&self) -> Vec<Option<&DeviceModel>> {
@@ -512,7 +560,7 @@ impl Volume {
     /// The largest file `layout` can hold on these devices: writes and truncates past it get
     /// EFBIG before anything (the cache included) takes them.
     pub fn max_file_size(&self, layout: &Layout) -> u64 {
-        layout.max_file_size(self.max_object_len)
+        layout.max_file_size(self.max_object_len.load(Relaxed))
     }
 
     pub fn uuid(&self) -> Uuid {
@@ -520,16 +568,47 @@ impl Volume {
     }
 
     pub fn device_count(&self) -> u32 {
-        self.set.devices.len() as u32
+        self.set.len() as u32
+    }
+
+    /// The rings of the device set (see `Rings`).
+    pub fn rings(&self) -> Arc<Rings> {
+        self.rings.read().clone()
+    }
+
+    /// The ring new files are laid on, and how many devices it holds.
+    pub fn current_ring(&self) -> (u16, u32) {
+        let rings = self.rings.read();
+        let ring = rings.current();
+        (ring, rings.ring(ring).map_or(0, |r| r.len() as u32))
+    }
+
+    /// The device id of slot `slot` of `layout`.
+    pub fn device_of_slot(&self, layout: &Layout, slot: u32) -> usize {
+        self.rings.read().device_of_slot(layout, slot)
+    }
+
+    /// The slot of `layout` on device `device`, if the file spans it.
+    pub fn slot_of_device(&self, layout: &Layout, device: usize) -> Option<u32> {
+        self.rings.read().slot_of_device(layout, device)
+    }
+
+    /// Checks a layout against the volume's rings.
+    pub fn validate(&self, layout: &Layout) -> std::result::Result<(), String> {
+        self.rings.read().validate(layout)
+    }
+
+    fn emulated(&self, device: usize) -> Option<&Emulated> {
+        self.emulated.get(device).and_then(|e| e.as_ref())
     }
 
     pub fn device_path(&self, index: usize) -> &Path {
-        &self.set.devices[index].path
+        &self.set.dev(index).info.path
     }
 
     /// Path of an inode's object file on a device.
     pub fn object_path(&self, device: usize, ino: u64) -> PathBuf {
-        object_path(&self.set.devices[device].path, ino)
+        object_path(&self.set.dev(device).info.path, ino)
     }
 
     fn io_err(&self, device: usize, source: io::Error) -> StripeError {
@@ -537,23 +616,24 @@ impl Volume {
     }
 
     fn objects(&self, ino: u64) -> Arc<Objects> {
-        if let Some(o) = self.open.get(&ino) {
+        let count = self.set.len();
+        if let Some(o) = self.open.get(&ino).filter(|o| o.files.len() == count) {
             return o.clone();
         }
-        let objs = self
-            .open
-            .entry(ino)
-            .or_insert_with(|| {
-                Arc::new(Objects {
-                    files: (0..self.set.devices.len())
-                        .map(|_| OnceLock::new())
-                        .collect(),
-                    direct: (0..self.set.devices.len())
-                        .map(|_| OnceLock::new())
-                        .collect(),
-                })
+        let fresh = || {
+            Arc::new(Objects {
+                files: (0..count).map(|_| OnceLock::new()).collect(),
+                direct: (0..count).map(|_| OnceLock::new()).collect(),
             })
-            .clone();
+        };
+        let objs = {
+            let mut entry = self.open.entry(ino).or_insert_with(fresh);
+            // Made before a device joined: made again with a place for it.
+            if entry.files.len() < count {
+                *entry = fresh();
+            }
+            entry.clone()
+        };
         // Objects opened behind a file's back (a cache writing back after the last close) are
         // not closed by `close`: keep the descriptors bounded by dropping idle ones.
         if self.open.len() > OPEN_OBJECTS {
@@ -570,12 +650,14 @@ impl Volume {
         ino: u64,
         create: bool,
     ) -> Result<Option<Arc<File>>> {
-        let slot = &objs.files[device];
+        let unkept = OnceLock::new();
+        // A device that joined after `objs` was made: opened, not kept.
+        let slot = objs.files.get(device).unwrap_or(&unkept);
         if let Some(f) = slot.get() {
             return Ok(Some(f.clone()));
         }
         let create = if create { libc::O_CREAT } else { 0 };
-        let Some(dir) = self.set.objects[device].as_ref() else {
+        let Some(dir) = self.set.dev(device).objects.as_ref() else {
             return Err(self.io_err(device, io::Error::from_raw_os_error(libc::EIO)));
         };
         let opened = open_beneath(dir, &object_rel(ino), libc::O_RDWR | create);
@@ -618,7 +700,7 @@ impl Volume {
             base,
             write,
         } = req;
-        let dev = layout.device_of_slot(io.slot, self.device_count());
+        let dev = self.device_of_slot(layout, io.slot);
         self.set
             .note_error(dev, write, self.set.admit(dev, write, io))?;
         let opened = self.object(objs, dev, ino, write);
@@ -647,8 +729,8 @@ impl Volume {
                 let lens: Vec<u64> = io.segments.iter().map(|s| s.1 as u64).collect();
                 Some(c.book(dev, write, ino, io.obj_offset, &lens))
             }
-            _ => self.emulated[dev]
-                .as_ref()
+            _ => self
+                .emulated(dev)
                 .map(|e| e.book(write, ino, io.obj_offset, io.len())),
         };
         let (set, join) = (self.set.clone(), join.clone());
@@ -660,7 +742,7 @@ impl Volume {
             retry_fd: file,
             offset: io.obj_offset,
             iov,
-            inline: self.ram_backed[dev],
+            inline: self.set.dev(dev).ram_backed,
             not_before,
             counted: None,
             on_done: Some(Box::new(move |r: io::Result<()>| {
@@ -785,7 +867,7 @@ impl Volume {
     /// or it is all zeros) still has an object, so an absent one means lost data.
     pub fn touch(&self, ino: u64, layout: &Layout) -> Result<()> {
         let objs = self.objects(ino);
-        let dev = layout.device_of_slot(0, self.device_count());
+        let dev = self.device_of_slot(layout, 0);
         self.object(&objs, dev, ino, true).map(|_| ())
     }
 
@@ -793,9 +875,8 @@ impl Volume {
     /// zeros. Growing needs nothing: objects are sparse.
     pub fn truncate(&self, ino: u64, layout: &Layout, size: u64) -> Result<()> {
         let objs = self.objects(ino);
-        let n = self.device_count();
         for slot in 0..layout.width {
-            let dev = layout.device_of_slot(slot, n);
+            let dev = self.device_of_slot(layout, slot);
             if let Some(f) = self.object(&objs, dev, ino, false)? {
                 let want = layout.object_len(size, slot);
                 let have = f.metadata().map_err(|e| self.io_err(dev, e))?.len();
@@ -820,7 +901,6 @@ impl Volume {
         mode: i32,
     ) -> Result<()> {
         let objs = self.objects(ino);
-        let n = self.device_count();
         let allocating = mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
         // Each object's length before, to give back what a failure took.
         let mut before: Vec<(usize, u64)> = Vec::new();
@@ -829,7 +909,7 @@ impl Volume {
         while done < len {
             let chunk = (len - done).min(1 << 30);
             for io in layout.plan(offset + done, chunk as usize) {
-                let dev = layout.device_of_slot(io.slot, n);
+                let dev = self.device_of_slot(layout, io.slot);
                 if allocating && !before.iter().any(|b| b.0 == dev) {
                     let had = match self.object(&objs, dev, ino, false)? {
                         Some(f) => f.metadata().map_err(|e| self.io_err(dev, e))?.len(),
@@ -877,7 +957,7 @@ impl Volume {
     /// close) is still the file's, and fsync must cover it.
     pub fn sync(&self, ino: u64) -> Result<()> {
         let objs = self.objects(ino);
-        for dev in 0..self.set.devices.len() {
+        for dev in 0..self.set.len() {
             faultpoint::fail::fail_point!("volume.sync", |arg| Err(
                 self.io_err(dev, faultpoint::injected("volume.sync", arg))
             ));
@@ -890,8 +970,8 @@ impl Volume {
 
     /// syncfs(2) on every device: everything written so far is durable.
     pub fn sync_all(&self) -> Result<()> {
-        for (dev, d) in self.set.devices.iter().enumerate() {
-            let f = File::open(&d.path).map_err(|e| self.io_err(dev, e))?;
+        for (dev, d) in self.set.iter().enumerate() {
+            let f = File::open(&d.info.path).map_err(|e| self.io_err(dev, e))?;
             // SAFETY: plain syscall on an owned descriptor.
             if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
                 return Err(self.io_err(dev, io::Error::last_os_error()));
@@ -924,7 +1004,7 @@ impl Volume {
     pub fn remove(&self, ino: u64) -> Result<()> {
         self.open.remove(&ino);
         self.layouts.remove(&ino);
-        for dev in 0..self.set.devices.len() {
+        for dev in 0..self.set.len() {
             match std::fs::remove_file(self.object_path(dev, ino)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -942,7 +1022,7 @@ impl Volume {
 
     /// Length and allocation of each of the inode's object files that exists.
     pub fn object_info(&self, ino: u64) -> Vec<ObjectInfo> {
-        (0..self.set.devices.len())
+        (0..self.set.len())
             .filter_map(|dev| {
                 let md = std::fs::symlink_metadata(self.object_path(dev, ino)).ok()?;
                 Some(object_info(dev, ino, &md))
@@ -953,8 +1033,8 @@ impl Volume {
     /// Every object file on every device (for fsck).
     pub fn list_objects(&self) -> Result<Vec<ObjectInfo>> {
         let mut out = Vec::new();
-        for (dev, d) in self.set.devices.iter().enumerate() {
-            let root = d.path.join(META_DIR).join(OBJECTS);
+        for (dev, d) in self.set.iter().enumerate() {
+            let root = d.info.path.join(META_DIR).join(OBJECTS);
             for fan in 0..FANOUT {
                 let dir = root.join(format!("{fan:02x}"));
                 let entries = match std::fs::read_dir(&dir) {
@@ -978,8 +1058,8 @@ impl Volume {
     /// statvfs of every device (zeros for one that cannot say: it is gone).
     pub fn space(&self) -> Vec<SpaceInfo> {
         self.set
-            .devices
             .iter()
+            .map(|d| &d.info)
             .map(|d| {
                 statvfs(&d.path).unwrap_or_else(|_| SpaceInfo {
                     path: d.path.clone(),
@@ -1199,7 +1279,7 @@ mod tests {
         let data: Vec<u8> = (0..1 << 20).map(|i| (i / 65536) as u8).collect();
         v.write(7, &layout, 0, &data).unwrap();
         for slot in 0..4u32 {
-            let dev = layout.device_of_slot(slot, 4);
+            let dev = v.device_of_slot(&layout, slot);
             let obj = std::fs::read(v.object_path(dev, 7)).unwrap();
             assert_eq!(obj.len(), 256 * 1024);
             // Object row r of slot s holds stripe r*4+s.

@@ -425,7 +425,17 @@ pub struct Watchdog {
 }
 
 pub fn abort_connection(conn: u64) {
-    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{conn}/abort"), "1");
+    const FUSECTL: &str = "/sys/fs/fuse/connections";
+    // A freshly booted machine may not have fusectl mounted yet.
+    if std::fs::read_dir(FUSECTL).is_ok_and(|mut d| d.next().is_none()) {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", FUSECTL])
+            .status();
+    }
+    let abort = format!("{FUSECTL}/{conn}/abort");
+    if let Err(e) = std::fs::write(&abort, "1") {
+        panic!("cannot abort FUSE connection {conn}: {abort}: {e}");
+    }
 }
 
 impl Watchdog {

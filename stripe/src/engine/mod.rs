@@ -257,6 +257,14 @@ impl IoEngine {
         })
     }
 
+    /// Makes room for one more device (the threads engine's queue and threads).
+    pub fn add_device(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Uring(_) => Ok(()),
+            Backend::Threads(t) => t.add_device(),
+        }
+    }
+
     pub fn kind(&self) -> EngineKind {
         match self.backend {
             Backend::Uring(_) => EngineKind::Uring,

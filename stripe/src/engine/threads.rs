@@ -3,7 +3,7 @@
 //! without io_uring (seccomp, `io_uring_disabled`).
 
 use super::{run_blocking, timer::Timer, DevOp};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -15,41 +15,57 @@ struct DeviceQueue {
 }
 
 pub(crate) struct Threads {
-    queues: Vec<Arc<DeviceQueue>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    /// One queue per device; a device joining the volume gets its own.
+    queues: RwLock<Vec<Arc<DeviceQueue>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    per_device: usize,
+    timer: Arc<Timer>,
 }
 
 impl Threads {
     pub fn start(devices: usize, per_device: usize, timer: Arc<Timer>) -> io::Result<Threads> {
-        let queues: Vec<Arc<DeviceQueue>> = (0..devices).map(|_| Arc::default()).collect();
-        let mut threads = Vec::new();
-        for (dev, q) in queues.iter().enumerate() {
-            for i in 0..per_device.max(1) {
-                let (q, timer) = (q.clone(), timer.clone());
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("stripefs-io{dev}.{i}"))
-                        .spawn(move || work(&q, &timer))?,
-                );
-            }
+        let t = Threads {
+            queues: RwLock::default(),
+            threads: Mutex::default(),
+            per_device: per_device.max(1),
+            timer,
+        };
+        for _ in 0..devices {
+            t.add_device()?;
         }
-        Ok(Threads { queues, threads })
+        Ok(t)
+    }
+
+    /// A queue and its threads for the next device.
+    pub fn add_device(&self) -> io::Result<()> {
+        let mut queues = self.queues.write();
+        let (dev, q) = (queues.len(), Arc::<DeviceQueue>::default());
+        for i in 0..self.per_device {
+            let (q, timer) = (q.clone(), self.timer.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("stripefs-io{dev}.{i}"))
+                .spawn(move || work(&q, &timer))?;
+            self.threads.lock().push(thread);
+        }
+        queues.push(q);
+        Ok(())
     }
 
     pub fn submit(&self, ops: Vec<Box<DevOp>>) {
+        let queues = self.queues.read();
         for op in ops {
-            let q = &self.queues[op.device];
+            let q = &queues[op.device];
             q.ops.lock().0.push_back(op);
             q.ready.notify_one();
         }
     }
 
     pub fn stop(&mut self) {
-        for q in &self.queues {
+        for q in self.queues.read().iter() {
             q.ops.lock().1 = true;
             q.ready.notify_all();
         }
-        for t in self.threads.drain(..) {
+        for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
     }

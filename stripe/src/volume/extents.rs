@@ -35,13 +35,12 @@ impl Volume {
             return Ok(None);
         }
         let objs = self.objects(ino);
-        let n = self.device_count();
         let mut first = match whence {
             Seek::Data => None,
             Seek::Hole => Some(size),
         };
         for slot in 0..layout.width {
-            let dev = layout.device_of_slot(slot, n);
+            let dev = self.device_of_slot(layout, slot);
             let from = first_object_offset(layout, slot, offset);
             let found = match self.object(&objs, dev, ino, false)? {
                 Some(f) => seek_file(&f, from, whence).map_err(|e| self.io_err(dev, e))?,
@@ -82,13 +81,12 @@ impl Volume {
             "copy_aligned needs alike layouts and row-aligned offsets"
         );
         let (src, dst) = (self.objects(from), self.objects(to));
-        let n = self.device_count();
         let mut done = 0u64;
         while done < len {
             let chunk = (len - done).min(1 << 30);
             for io in from_layout.plan(from_off + done, chunk as usize) {
-                let src_dev = from_layout.device_of_slot(io.slot, n);
-                let dst_dev = to_layout.device_of_slot(io.slot, n);
+                let src_dev = self.device_of_slot(from_layout, io.slot);
+                let dst_dev = self.device_of_slot(to_layout, io.slot);
                 let at = from_layout.unmap(io.slot, io.obj_offset) - from_off + to_off;
                 let (slot, dst_off) = to_layout.map(at);
                 debug_assert_eq!(slot, io.slot);
@@ -126,9 +124,8 @@ impl Volume {
         );
         let (at, shift) = (offset / row * s, len / row * s);
         let (src, dst) = (self.objects(from), self.objects(to));
-        let n = self.device_count();
         for slot in 0..layout.width {
-            let dev = layout.device_of_slot(slot, n);
+            let dev = self.device_of_slot(layout, slot);
             let Some(f) = self.object(&src, dev, from, false)? else {
                 continue;
             };

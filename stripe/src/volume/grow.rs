@@ -1,0 +1,223 @@
+//! Devices joining a mounted volume. The device set is versioned: the new device's
+//! superblock is written first, then every other device's, each naming the next generation;
+//! only then do new files go on the new ring. A crash in between leaves superblocks of two
+//! generations, which the next mount settles (see `device::open_devices`): forward when the
+//! new device is there, else back, and no file was laid on the new ring either way.
+
+use super::*;
+use crate::device::{join, write_superblock, Superblock};
+use std::os::unix::fs::MetadataExt;
+
+impl Volume {
+    /// Adds the empty directory `path` to the volume as its next device, online; returns its
+    /// id. Files keep their layouts; new files go on a ring that holds the new device.
+    pub fn add_device(&self, path: &Path) -> Result<usize> {
+        let mut set_sb = self.descriptor.lock();
+        if let Some(d) = self
+            .set
+            .iter()
+            .find(|d| d.info.missing || d.health.failed.load(Relaxed))
+        {
+            return Err(StripeError::Devices(format!(
+                "device {} ({}) has failed or is missing: the device set does not change \
+                 until it is replaced",
+                d.info.index,
+                d.info.path.display()
+            )));
+        }
+        let id = self.set.len();
+        if id >= MAX_DEVICES {
+            return Err(StripeError::Devices(format!(
+                "the volume has {MAX_DEVICES} devices, the most it can hold"
+            )));
+        }
+        let path = path.canonicalize().map_err(|e| StripeError::Io {
+            index: id,
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        };
+        if let Some(d) = self.set.iter().find(|d| same(&d.info.path, &path)) {
+            return Err(StripeError::Devices(format!(
+                "{} is already device {} of this volume",
+                path.display(),
+                d.info.index
+            )));
+        }
+        let next = Superblock {
+            generation: set_sb.generation + 1,
+            device_count: id as u32 + 1,
+            rings: set_sb.rings().with_device(id as u32).0,
+            paths: self
+                .set
+                .iter()
+                .map(|d| d.info.path.clone())
+                .chain([path.clone()])
+                .collect(),
+            ..set_sb.clone()
+        };
+        let info = join(&path, &next.as_device(id as u32), id)?;
+        faultpoint::fail::fail_point!("device.add-joined", |arg| Err(
+            self.io_err(id, faultpoint::injected("device.add-joined", arg))
+        ));
+        for d in self.set.iter() {
+            let i = d.info.index;
+            write_superblock(&d.info.path, &next.as_device(i as u32))
+                .map_err(|e| self.io_err(i, e))?;
+            faultpoint::fail::fail_point!("device.add-superblock", |arg| Err(
+                self.io_err(i, faultpoint::injected("device.add-superblock", arg))
+            ));
+        }
+        let device = Device::new(info)?;
+        if let Some(dir) = &device.objects {
+            self.max_object_len
+                .fetch_min(largest_file(dir), std::sync::atomic::Ordering::Relaxed);
+        }
+        self.engine().add_device().map_err(|e| self.io_err(id, e))?;
+        self.set.push(device);
+        *self.rings.write() = Arc::new(next.rings());
+        log::info!(
+            "device {id} ({}) joined volume {} (generation {})",
+            path.display(),
+            self.uuid,
+            next.generation
+        );
+        *set_sb = next;
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{format, FormatOptions};
+
+    fn formatted(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+        let root = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..=n)
+            .map(|i| {
+                let p = root.path().join(format!("d{i}"));
+                std::fs::create_dir(&p).unwrap();
+                p.canonicalize().unwrap()
+            })
+            .collect();
+        format(&FormatOptions {
+            devices: &paths[..n],
+            stripe_size: 65536,
+            width: n as u32,
+            force: false,
+        })
+        .unwrap();
+        (root, paths)
+    }
+
+    fn data(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32).map(|i| (i * 7 + seed) as u8).collect()
+    }
+
+    #[test]
+    fn a_device_joins_online_and_old_files_keep_their_devices() {
+        let (_root, paths) = formatted(3);
+        let v = Volume::open(&paths[..3]).unwrap();
+        let old = Layout::new(65536, 3, 2);
+        let before = data(700_000, 1);
+        v.write(10, &old, 0, &before).unwrap();
+        assert_eq!(v.add_device(&paths[3]).unwrap(), 3);
+        assert_eq!(v.device_count(), 4);
+        assert_eq!(v.current_ring(), (1, 4));
+        assert_eq!(v.rings().devices_of(&old), [2, 0, 1]);
+        let mut back = vec![0; before.len()];
+        v.read(10, &old, 0, &mut back).unwrap();
+        assert!(back == before, "an old file reads the same after the add");
+        let new = Layout {
+            ring: 1,
+            ..Layout::new(65536, 4, 3)
+        };
+        let after = data(600_000, 2);
+        v.write(11, &new, 0, &after).unwrap();
+        assert!(
+            v.object_path(3, 11).exists(),
+            "the new device takes its share"
+        );
+        let e = v.add_device(&paths[3]).unwrap_err().to_string();
+        assert!(e.contains("already device 3"), "{e}");
+        drop(v);
+
+        // The config still lists three: the fourth is found where it was added.
+        let v = Volume::open(&paths[..3]).unwrap();
+        assert_eq!(v.device_count(), 4);
+        let mut back = vec![0; after.len()];
+        v.read(11, &new, 0, &mut back).unwrap();
+        assert!(back == after);
+        drop(v);
+        let shuffled = [3, 1, 0, 2].map(|i| paths[i].clone());
+        let v = Volume::open(&shuffled).unwrap();
+        assert_eq!(v.listed_as(), [2, 1, 3, 0]);
+    }
+
+    /// The superblocks as a crash after `written` of the old devices' superblocks left them.
+    fn interrupted_add(paths: &[PathBuf], written: usize) {
+        let v = Volume::open(&paths[..3]).unwrap();
+        let sb = v.descriptor.lock().clone();
+        drop(v);
+        let next = Superblock {
+            generation: 1,
+            device_count: 4,
+            rings: sb.rings().with_device(3).0,
+            paths: paths.to_vec(),
+            ..sb
+        };
+        drop(join(&paths[3], &next.as_device(3), 3).unwrap());
+        for (i, p) in paths[..written].iter().enumerate() {
+            write_superblock(p, &next.as_device(i as u32)).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_add_cut_short_is_finished_when_the_new_device_is_there() {
+        for written in [0, 1, 3] {
+            let (_root, paths) = formatted(3);
+            interrupted_add(&paths, written);
+            let v = Volume::open(&paths[..3]).unwrap();
+            // With no old superblock written, nothing says a device was being added.
+            let want = if written == 0 { 3 } else { 4 };
+            assert_eq!(v.device_count(), want, "{written} written");
+            drop(v);
+            let v = Volume::open(&paths[..3]).unwrap();
+            assert_eq!(v.device_count(), want, "settled for good");
+        }
+    }
+
+    #[test]
+    fn an_add_cut_short_is_undone_when_the_new_device_is_gone() {
+        let (root, paths) = formatted(3);
+        interrupted_add(&paths, 2);
+        std::fs::rename(&paths[3], root.path().join("gone")).unwrap();
+        let v = Volume::open(&paths[..3]).unwrap();
+        assert_eq!(v.device_count(), 3);
+        assert_eq!(v.current_ring(), (0, 3));
+        let sb = v.descriptor.lock().clone();
+        assert_eq!((sb.generation, sb.device_count), (0, 3));
+    }
+
+    #[test]
+    fn a_device_of_another_volume_is_not_added() {
+        let (_root, paths) = formatted(2);
+        let other = _root.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        format(&FormatOptions {
+            devices: std::slice::from_ref(&other),
+            stripe_size: 65536,
+            width: 1,
+            force: false,
+        })
+        .unwrap();
+        let v = Volume::open(&paths[..2]).unwrap();
+        let e = v.add_device(&other).unwrap_err().to_string();
+        assert!(e.contains("already holds stripefs volume"), "{e}");
+        assert_eq!(v.device_count(), 2);
+    }
+}
