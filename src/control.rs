@@ -20,6 +20,7 @@
 //! | attach    | mount root  | -                     | root or the mounter: bring the config's cache back (`path=P size=S`: another file store) | - |
 //! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
 //! | params    | mount root  | sequential cutoff, promotion and error threshold (`seq_cutoff=full seq_threshold=1M ... promotion=always nhit_hits=3 nhit_trigger=80 error_threshold=1000`) | root or the mounter: change the words given | - |
+//! | devices   | mount root  | the device set as JSON: generation, rings, each device's id and path | root or the mounter: `add /path/to/dir`: the directory joins the volume online | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
 //! | error     | any         | the reason of the caller's last refused control request (`user.stripefs.KEY: reason`), then forgotten; ENODATA if none | read-only | - |
@@ -66,6 +67,7 @@ pub enum Key {
     Params,
     Attach,
     Detach,
+    Devices,
     Failpoint,
     Control,
     Error,
@@ -91,6 +93,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("params", Key::Params),
     ("attach", Key::Attach),
     ("detach", Key::Detach),
+    ("devices", Key::Devices),
     ("failpoint", Key::Failpoint),
     ("control", Key::Control),
     ("error", Key::Error),
@@ -285,6 +288,7 @@ fn no_such_key<T>(key: Key) -> Result<T> {
         | Key::Params
         | Key::Attach
         | Key::Detach
+        | Key::Devices
         | Key::Failpoint => refuse(
             libc::ENODATA,
             format!("{} is on the mount's root directory only", name_of(key)),
@@ -306,6 +310,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         }
         Key::LayoutJson => json(&engine.layout_info(ino)?),
         Key::Status if ino == ROOT => json(&engine.status()?),
+        Key::Devices if ino == ROOT => json(&engine.device_set()),
         Key::Usage if ino == ROOT => json(&crate::usage::devices(engine)),
         Key::Cache => match caching(engine)?.target(ino) {
             Some(t) => Ok(t.format().into_bytes()),
@@ -363,6 +368,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         | Key::Mode
         | Key::Cleaner
         | Key::Params
+        | Key::Devices
         | Key::Error
         | Key::Unknown => no_such_key(key),
     }
@@ -680,6 +686,19 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
             };
             c.set_default_mode(mode, keep_dirty)
         }
+        Key::Devices if ino == ROOT => {
+            volume_admin(uid, "change the volume's devices")?;
+            let t = text(value)?;
+            match t.split_once(' ') {
+                Some(("add", dir)) if dir.starts_with('/') => {
+                    engine.add_device(std::path::Path::new(dir)).map(|_| ())
+                }
+                _ => refuse(
+                    libc::EINVAL,
+                    format!("\"{t}\": the value is `add /absolute/path/of/the/directory`"),
+                ),
+            }
+        }
         Key::Detach if ino == ROOT => {
             volume_admin(uid, "detach the cache")?;
             caching(engine)?.detach(&engine.ns).map(|_| ())
@@ -791,6 +810,7 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
         | Key::Mode
         | Key::Attach
         | Key::Detach
+        | Key::Devices
         | Key::Cleaner
         | Key::Params
         | Key::Failpoint
@@ -878,6 +898,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Purge
         | Key::Attach
         | Key::Detach
+        | Key::Devices
         | Key::Failpoint
         | Key::Unknown => no_such_key(key),
     }

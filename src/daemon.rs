@@ -405,7 +405,10 @@ fn serve(
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let committer = {
         let engine = engine.clone();
-        let events = crate::events::Events::new(engine.config.mount.on_event.clone());
+        let events = crate::events::Events::new(
+            engine.config.mount.on_event.clone(),
+            engine.volume.device_count() as usize,
+        );
         std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || {

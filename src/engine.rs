@@ -35,7 +35,7 @@ pub struct Engine {
     /// marked clean, so the next mount's sweep trims them.
     pending_cuts: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// Mounted, or since remounted, read-only (the kernel refuses writes; we write nothing).
-    read_only: std::sync::atomic::AtomicBool,
+    pub(crate) read_only: std::sync::atomic::AtomicBool,
     started: Instant,
     pub mountpoint: PathBuf,
     /// The FUSE transport INIT settled ("io_uring" or "/dev/fuse"), and why not io_uring
@@ -319,8 +319,9 @@ pub struct DeviceStatus {
     /// The device's place in the volume (its superblock's): what layouts, `first_device`,
     /// `[[volume.emulate]] device` and fault injection mean by "device N".
     pub index: usize,
-    /// Its place in the config's `devices` list (which may be in any order).
-    pub config_entry: usize,
+    /// Its place in the config's `devices` list (which may be in any order); none for a
+    /// device added since the config was read, or found where it was added.
+    pub config_entry: Option<usize>,
     pub path: PathBuf,
     pub total_bytes: u64,
     pub used_bytes: u64,

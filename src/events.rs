@@ -1,5 +1,5 @@
 //! Events for the administrator's program (`[mount] on_event`), as `mdadm --monitor
-//! --program`: when a device fails, the cache gives up (pass-through for good), write-back of
+//! --program`: when a device joins the volume or fails, the cache gives up (pass-through for good), write-back of
 //! dirty lines fails, or the namespace store cannot be written, the program runs as
 //! `PROGRAM EVENT MOUNTPOINT [DEVICE]` with the details in its environment (`STRIPEFS_EVENT`,
 //! `STRIPEFS_MOUNTPOINT`, `STRIPEFS_VOLUME`, `STRIPEFS_DEVICE`, `STRIPEFS_DEVICE_INDEX`,
@@ -18,6 +18,8 @@ const REPEAT: Duration = Duration::from_secs(60);
 /// What was seen at the last look.
 #[derive(Default)]
 struct Seen {
+    /// Devices in the set at the last look.
+    devices: usize,
     failed_devices: Vec<bool>,
     cache_failed: bool,
     cleaner_errors: u64,
@@ -38,10 +40,14 @@ struct Event {
 }
 
 impl Events {
-    pub fn new(program: Option<PathBuf>) -> Events {
+    /// Events of a volume of `devices` devices.
+    pub fn new(program: Option<PathBuf>, devices: usize) -> Events {
         Events {
             program,
-            seen: Mutex::new(Seen::default()),
+            seen: Mutex::new(Seen {
+                devices,
+                ..Seen::default()
+            }),
         }
     }
 
@@ -54,6 +60,15 @@ impl Events {
         let mut seen = self.seen.lock();
         let mut events = Vec::new();
         let health = engine.volume.health();
+        for i in seen.devices..health.len() {
+            let path = engine.volume.device_path(i).to_path_buf();
+            events.push(Event {
+                name: "device-added",
+                detail: format!("device {i} ({}) joined the volume", path.display()),
+                device: Some((i, path)),
+            });
+        }
+        seen.devices = health.len();
         seen.failed_devices.resize(health.len(), false);
         for (i, h) in health.iter().enumerate() {
             if h.failed && !seen.failed_devices[i] {

@@ -20,4 +20,5 @@ mod overlay;
 pub mod panics;
 pub mod rescue;
 pub mod usage;
+pub mod volume_life;
 pub mod xattr;

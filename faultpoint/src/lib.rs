@@ -33,17 +33,22 @@ pub const POINTS: &[&str] = &[
     "namespace.reopen",
     "cache.detach-flushed",
     "cache.detach-recorded",
+    "device.add-joined",
+    "device.add-superblock",
 ];
 
 /// Points the generic suite (tests/faultpoints.rs) leaves to their own tests: those whose
 /// error the daemon takes back without the caller seeing one (a failed store write: the store
 /// is reopened and written again; tests/full_volume.rs), and those only a command its workload
-/// does not run reaches (`stripefs cache detach`; tests/cache_controls.rs).
+/// does not run reaches (`stripefs cache detach`; tests/cache_controls.rs; `stripefs device
+/// add`, tests/volume_life.rs).
 pub const OWN_TESTS: &[&str] = &[
     "namespace.store-write",
     "namespace.reopen",
     "cache.detach-flushed",
     "cache.detach-recorded",
+    "device.add-joined",
+    "device.add-superblock",
 ];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would

@@ -3,6 +3,7 @@
 
 mod class;
 mod controller;
+pub mod edit;
 mod size;
 
 use serde::Deserialize;

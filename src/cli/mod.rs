@@ -261,6 +261,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The volume's devices: list them, add one online
+    Device {
+        #[command(subcommand)]
+        action: DeviceAction,
+    },
     /// Show or change the cache's sequential cutoff, promotion and error threshold, live
     #[command(
         after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion,         promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream         seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose         bytes reach --seq-threshold passes through: always, or only when the cache is nearly         full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in         use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that         met a cache device error before the cache goes pass-through for good (0: never).         Settings not given stay; the config's come back at the next mount; changing them:         root or the user who mounted only.\n\n\
@@ -487,6 +492,7 @@ pub enum LayoutAction {
 mod bench;
 mod cache;
 mod cache_admin;
+mod device;
 mod find;
 mod layout;
 pub mod resolve;
@@ -660,6 +666,12 @@ fn run(command: Command) -> Result<i32> {
             cache::settings(&mountpoint, "cleaner", &settings)
         }
         Command::Find { path, device, json } => find::find(&path, &device, json),
+        Command::Device {
+            action: DeviceAction::Add { mountpoint, dir },
+        } => device::add(&mountpoint, &dir),
+        Command::Device {
+            action: DeviceAction::List { mountpoint, json },
+        } => device::list(&mountpoint, json),
         Command::Params {
             mountpoint,
             seq_cutoff,
@@ -690,6 +702,28 @@ fn run(command: Command) -> Result<i32> {
             opts,
         } => bench::bench(action, target, opts),
     }
+}
+
+#[derive(Subcommand)]
+pub enum DeviceAction {
+    /// Add an empty directory to the mounted volume as its next device, online
+    #[command(
+        after_help = "The directory gets a superblock and joins the volume while it stays         mounted (as `btrfs device add`); the config file the volume was mounted from gains it         (edited in place, comments kept). Existing files keep their layouts; new files are         striped over the new device set (the volume's width follows it unless the config sets         `width`). A crash at any step leaves the volume as before the add or as after it.         Root or the user who mounted only.\n\nExample:\n  stripefs device add /mnt/vol /disks/d4"
+    )]
+    Add {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The directory to add (empty, or left by an add of this volume that was cut short)
+        dir: PathBuf,
+    },
+    /// List the volume's devices by id, with the device set's generation
+    List {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON (generation, rings, devices)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `stripefs fsck` exit codes, e2fsck's (fsck(8)): no problems.

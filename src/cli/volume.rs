@@ -391,7 +391,9 @@ fn print_devices(s: &serde_json::Value) {
             human_bytes(n(&d["free_bytes"])),
             d["emulated"].as_str().unwrap_or("")
         );
-        if d["config_entry"] != d["index"] {
+        if d["config_entry"].is_null() {
+            println!("     (not in the config: found where it was added; add it to `devices`)");
+        } else if d["config_entry"] != d["index"] {
             println!(
                 "     (config entry {}: the config lists the devices in another order)",
                 d["config_entry"]

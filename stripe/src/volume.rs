@@ -545,15 +545,17 @@ impl Volume {
     }
 
     /// Each device's place in the list the volume was opened with (the config's `devices`),
-    /// in the volume's order.
-    pub fn listed_as(&self) -> Vec<usize> {
-        self.set.iter().map(|d| d.info.listed_as).collect()
+    /// in the volume's order; `None` for a device found where it was added, not listed.
+    pub fn listed_as(&self) -> Vec<Option<usize>> {
+        self.set
+            .iter()
+            .map(|d| Some(d.info.listed_as).filter(|&i| i != usize::MAX))
+            .collect()
     }
 
     pub fn models(&self) -> Vec<Option<&DeviceModel>> {
-        self.emulated
-            .iter()
-            .map(|e| e.as_ref().map(|e| &e.model))
+        (0..self.set.len())
+            .map(|d| self.emulated(d).map(|e| &e.model))
             .collect()
     }
 
@@ -569,6 +571,11 @@ impl Volume {
 
     pub fn device_count(&self) -> u32 {
         self.set.len() as u32
+    }
+
+    /// The device set's generation: bumped by every change of the set.
+    pub fn generation(&self) -> u64 {
+        self.descriptor.lock().generation
     }
 
     /// The rings of the device set (see `Rings`).

@@ -155,7 +155,7 @@ mod tests {
         drop(v);
         let shuffled = [3, 1, 0, 2].map(|i| paths[i].clone());
         let v = Volume::open(&shuffled).unwrap();
-        assert_eq!(v.listed_as(), [2, 1, 3, 0]);
+        assert_eq!(v.listed_as(), [2, 1, 3, 0].map(Some));
     }
 
     /// The superblocks as a crash after `written` of the old devices' superblocks left them.

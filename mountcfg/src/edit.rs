@@ -1,0 +1,112 @@
+//! Changes the daemon makes to the config file it was mounted from (a device added online),
+//! edited in place: comments, order and formatting stay as the administrator wrote them, and
+//! the file is replaced whole (written beside it, synced, renamed over it), so a crash leaves
+//! the old file or the new one.
+
+use std::io::Write;
+use std::path::Path;
+use toml_edit::{Array, DocumentMut, Item, Value};
+
+/// Appends `device` to `[volume] devices` of the config at `path`, unless it is listed.
+pub fn add_device(path: &Path, device: &Path) -> Result<(), String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{shown}: not valid TOML any more ({e})"))?;
+    let device = device
+        .to_str()
+        .ok_or_else(|| format!("{}: the path is not UTF-8", device.display()))?;
+    let devices = doc
+        .get_mut("volume")
+        .and_then(Item::as_table_like_mut)
+        .and_then(|v| v.get_mut("devices"))
+        .and_then(Item::as_value_mut)
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("{shown}: no `devices` list in [volume]"))?;
+    if devices.iter().any(|d| d.as_str() == Some(device)) {
+        return Ok(());
+    }
+    push_like_the_others(devices, device);
+    replace_durably(path, doc.to_string().as_bytes()).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// Pushes `item` formatted as the list is: one per line when the list is written so.
+fn push_like_the_others(list: &mut Array, item: &str) {
+    let multiline = list.iter().any(|v| {
+        v.decor()
+            .prefix()
+            .and_then(|p| p.as_str())
+            .is_some_and(|p| p.contains('\n'))
+    });
+    list.push(item);
+    if multiline {
+        let indent = list
+            .get(0)
+            .and_then(|v| v.decor().prefix())
+            .and_then(|p| p.as_str())
+            .unwrap_or("\n    ")
+            .to_string();
+        if let Some(last) = list.iter_mut().last() {
+            last.decor_mut().set_prefix(indent);
+        }
+        if list.trailing().as_str().is_none_or(|t| !t.contains('\n')) {
+            list.set_trailing("\n");
+        }
+        list.set_trailing_comma(true);
+    }
+}
+
+fn replace_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.stripefs-new"));
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    let mut f = std::fs::File::create(&tmp)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_is_appended_and_comments_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("vol.toml");
+        let before = "# my volume\n[volume]\n# the disks\ndevices = [\n    \"/d0\", # fast\n    \"/d1\",\n]\nstripe_size = \"64K\"\n\n[mount]\nmountpoint = \"/mnt\"\n";
+        std::fs::write(&p, before).unwrap();
+        add_device(&p, Path::new("/d2")).unwrap();
+        let after = std::fs::read_to_string(&p).unwrap();
+        assert!(after.contains("# my volume") && after.contains("# the disks"));
+        assert!(after.contains("\"/d0\", # fast"), "{after}");
+        assert!(after.contains("\n    \"/d2\",\n]"), "{after}");
+        let doc: toml::Value = toml::from_str(&after).unwrap();
+        let devices: Vec<&str> = doc["volume"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        assert_eq!(devices, ["/d0", "/d1", "/d2"]);
+        // Listed already: unchanged.
+        add_device(&p, Path::new("/d2")).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), after);
+
+        std::fs::write(&p, "[volume]\ndevices = [\"/a\", \"/b\"]\n").unwrap();
+        add_device(&p, Path::new("/c")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "[volume]\ndevices = [\"/a\", \"/b\", \"/c\"]\n"
+        );
+        std::fs::write(&p, "[mount]\n").unwrap();
+        let e = add_device(&p, Path::new("/c")).unwrap_err();
+        assert!(e.contains("no `devices` list"), "{e}");
+    }
+}

@@ -1,0 +1,210 @@
+//! The device set over a volume's life, on real mounts: a device added online, the config
+//! updated in place, and an add killed at each of its durable steps.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+fn layout_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&getxattr(path, "user.stripefs.layout.json").unwrap()).unwrap()
+}
+
+fn devices_of(path: &Path) -> Vec<u64> {
+    layout_json(path)["device_indices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect()
+}
+
+/// Files of a few hundred KiB each, written and fsynced; their contents by name.
+fn fill(v: &TestVolume, names: &[&str], seed: u64) -> Vec<(String, Vec<u8>)> {
+    let mut rng = Rng::new(seed);
+    names
+        .iter()
+        .map(|name| {
+            let len = 300_000 + rng.below(400_000) as usize;
+            let data = rng.bytes(len);
+            let f = std::fs::File::create(v.path(name)).unwrap();
+            std::io::Write::write_all(&mut &f, &data).unwrap();
+            f.sync_all().unwrap();
+            (name.to_string(), data)
+        })
+        .collect()
+}
+
+fn assert_intact(v: &TestVolume, files: &[(String, Vec<u8>)], when: &str) {
+    for (name, data) in files {
+        let back = std::fs::read(v.path(name)).unwrap();
+        assert!(back == *data, "{when}: {name} differs");
+    }
+}
+
+fn device_count(v: &TestVolume) -> usize {
+    let status = stripefs_ok(&["status", v.mnt_str(), "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&status).unwrap();
+    s["devices"].as_array().unwrap().len()
+}
+
+fn new_device(v: &TestVolume, name: &str) -> PathBuf {
+    let d = v.root.path().join(name);
+    std::fs::create_dir(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_device_added_online_takes_new_files_and_old_files_stay() {
+    let alerts = tempfile::tempdir().unwrap();
+    let script = alerts.path().join("alert");
+    let log = alerts.path().join("log");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$1 $3\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut v = TestVolume::new(
+        3,
+        "64K",
+        &format!(
+            "# my volume, three disks\n[mount]\non_event = \"{}\"\n",
+            script.display()
+        ),
+    );
+    v.mount();
+    let old = fill(&v, &["a", "b", "c"], 1);
+    let before: Vec<Vec<u64>> = old.iter().map(|(n, _)| devices_of(&v.path(n))).collect();
+    let d3 = new_device(&v, "d3");
+    let out = stripefs_ok(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+    assert!(out.contains("joined as device 3"), "{out}");
+    assert_eq!(device_count(&v), 4);
+
+    // Online: old files read the same from the same devices; new ones span all four.
+    assert_intact(&v, &old, "after the add");
+    let after: Vec<Vec<u64>> = old.iter().map(|(n, _)| devices_of(&v.path(n))).collect();
+    assert_eq!(before, after, "an add moves no file");
+    // The administrator's program hears of it (the daemon looks every second).
+    let told = format!("device-added {}", d3.canonicalize().unwrap().display());
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains(&told)) {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "no device-added event: {:?}",
+            std::fs::read_to_string(&log)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let new = fill(&v, &["n1", "n2"], 2);
+    for (name, _) in &new {
+        let mut devs = devices_of(&v.path(name));
+        devs.sort();
+        assert_eq!(
+            devs,
+            [0, 1, 2, 3],
+            "{name} is striped over the new device set"
+        );
+    }
+    let list: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["device", "list", v.mnt_str(), "--json"])).unwrap();
+    assert_eq!(list["generation"], 1);
+    assert_eq!(
+        list["devices"][3]["path"],
+        d3.canonicalize().unwrap().to_str().unwrap()
+    );
+
+    // The config gained the device, its comment kept; the next mount needs nothing else.
+    let config = std::fs::read_to_string(&v.config).unwrap();
+    assert!(config.contains("# my volume, three disks"), "{config}");
+    assert!(
+        config.contains(&format!("\"{}\"", d3.canonicalize().unwrap().display())),
+        "{config}"
+    );
+    let again = stripefs(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+    assert!(!again.status.success(), "a device is added once");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already device 3"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    v.remount();
+    assert_eq!(device_count(&v), 4);
+    assert_intact(&v, &old, "after a remount");
+    assert_intact(&v, &new, "after a remount");
+    v.umount();
+    v.assert_fsck_clean("after the add");
+}
+
+#[test]
+fn a_device_of_another_volume_or_a_read_only_mount_is_refused() {
+    let mut v = TestVolume::new(2, "64K", "");
+    let other = TestVolume::new(1, "64K", "");
+    v.mount_with(&["-o", "ro"]);
+    let d2 = new_device(&v, "d2");
+    let out = stripefs(&["device", "add", v.mnt_str(), d2.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(err.contains("read-only"), "{err}");
+    v.umount();
+    v.mount();
+    let out = stripefs(&[
+        "device",
+        "add",
+        v.mnt_str(),
+        other.devices[0].to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already holds stripefs volume"), "{err}");
+    assert_eq!(device_count(&v), 2);
+}
+
+/// A crash at each durable step of an add: the volume mounts as before or as after, every
+/// file intact, fsck clean, and it takes new work.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_add_killed_at_each_step_leaves_the_volume_before_or_after() {
+    for (point, action) in [
+        ("device.add-joined", "return(crash)"),
+        ("device.add-superblock", "return(crash)"),
+        ("device.add-superblock", "1*off->return(crash)"),
+        ("device.add-superblock", "return(eio)"),
+    ] {
+        let what = format!("{point}={action}");
+        let mut v = TestVolume::new(3, "64K", "");
+        v.mount();
+        let files = fill(&v, &["a", "b"], 3);
+        let pid = v.daemon_pid();
+        setxattr(&v.mnt, "user.stripefs.failpoint", what.as_bytes()).unwrap();
+        let d3 = new_device(&v, "d3");
+        let out = stripefs(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+        assert!(!out.status.success(), "{what}: the add reported success");
+        if action.contains("crash") {
+            v.forget_dead_daemon(pid);
+        } else {
+            setxattr(
+                &v.mnt,
+                "user.stripefs.failpoint",
+                format!("{point}=off").as_bytes(),
+            )
+            .unwrap();
+            v.umount();
+        }
+        v.mount();
+        let n = device_count(&v);
+        assert!(n == 3 || n == 4, "{what}: {n} devices");
+        assert_intact(&v, &files, &what);
+        let more = fill(&v, &["after"], 4);
+        v.umount();
+        v.assert_fsck_clean(&what);
+        v.mount();
+        assert_intact(&v, &more, &what);
+        // Whatever state it was left in, the add can be done (again) now.
+        if n == 3 {
+            stripefs_ok(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+        }
+        assert_eq!(device_count(&v), 4, "{what}");
+        v.umount();
+    }
+}
