@@ -21,6 +21,7 @@
 //! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
 //! | params    | mount root  | sequential cutoff, promotion and error threshold (`seq_cutoff=full seq_threshold=1M ... promotion=always nhit_hits=3 nhit_trigger=80 error_threshold=1000`) | root or the mounter: change the words given | - |
 //! | devices   | mount root  | the device set as JSON: generation, rings, each device's id and path | root or the mounter: `add /path/to/dir`: the directory joins the volume online | - |
+//! | rebalance | dir         | the running (or last) rebalance's progress, JSON | root or the mounter: `start [max_mbps=N]`: restripe the tree's files onto every device, in the daemon (running: set the limit); `stop` | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
 //! | error     | any         | the reason of the caller's last refused control request (`user.stripefs.KEY: reason`), then forgotten; ENODATA if none | read-only | - |
@@ -40,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::namespace::{Kind, ROOT};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripe::Layout;
 
@@ -68,6 +70,7 @@ pub enum Key {
     Attach,
     Detach,
     Devices,
+    Rebalance,
     Failpoint,
     Control,
     Error,
@@ -94,6 +97,7 @@ pub const KEYS: &[(&str, Key)] = &[
     ("attach", Key::Attach),
     ("detach", Key::Detach),
     ("devices", Key::Devices),
+    ("rebalance", Key::Rebalance),
     ("failpoint", Key::Failpoint),
     ("control", Key::Control),
     ("error", Key::Error),
@@ -194,7 +198,13 @@ pub fn get_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, room: u32) 
 }
 
 /// setxattr of a control key.
-pub fn set_for(engine: &Engine, caller: &Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
+pub fn set_for(
+    engine: &Arc<Engine>,
+    caller: &Caller,
+    ino: u64,
+    key: Key,
+    value: &[u8],
+) -> Result<()> {
     noted(caller, key, set(engine, *caller, ino, key, value))
 }
 
@@ -311,6 +321,7 @@ pub fn get(engine: &Engine, ino: u64, key: Key) -> Result<Vec<u8>> {
         Key::LayoutJson => json(&engine.layout_info(ino)?),
         Key::Status if ino == ROOT => json(&engine.status()?),
         Key::Devices if ino == ROOT => json(&engine.device_set()),
+        Key::Rebalance => json(&engine.rebalancer.progress()),
         Key::Usage if ino == ROOT => json(&crate::usage::devices(engine)),
         Key::Cache => match caching(engine)?.target(ino) {
             Some(t) => Ok(t.format().into_bytes()),
@@ -481,7 +492,7 @@ fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
+fn set(engine: &Arc<Engine>, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Result<()> {
     let uid = caller.uid;
     match key {
         Key::Layout | Key::Migrate => {
@@ -685,6 +696,39 @@ fn set(engine: &Engine, caller: Caller, ino: u64, key: Key, value: &[u8]) -> Res
                 }
             };
             c.set_default_mode(mode, keep_dirty)
+        }
+        Key::Rebalance => {
+            volume_admin(uid, "rebalance the volume")?;
+            if engine.ns.get(ino)?.kind != Kind::Dir {
+                return refuse(libc::ENOTDIR, "a rebalance is of a directory's tree");
+            }
+            let t = text(value)?;
+            let mut words = t.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("stop"), None, _) => engine.stop_rebalance(),
+                (Some("start"), limit, None) => {
+                    let max_mbps = match limit.map(|w| w.split_once('=')) {
+                        None => None,
+                        Some(Some(("max_mbps", v))) => Some(v.parse::<u64>().map_err(|_| {
+                            Error::Refused(
+                                libc::EINVAL,
+                                format!("max_mbps=\"{v}\" is not a number"),
+                            )
+                        })?),
+                        Some(_) => {
+                            return refuse(
+                                libc::EINVAL,
+                                format!("\"{t}\": the words after start are max_mbps=N"),
+                            )
+                        }
+                    };
+                    engine.rebalance(ino, max_mbps)
+                }
+                _ => refuse(
+                    libc::EINVAL,
+                    format!("\"{t}\": the value is `start [max_mbps=N]` or `stop`"),
+                ),
+            }
         }
         Key::Devices if ino == ROOT => {
             volume_admin(uid, "change the volume's devices")?;
@@ -899,6 +943,7 @@ pub fn remove(engine: &Engine, uid: u32, ino: u64, key: Key) -> Result<()> {
         | Key::Attach
         | Key::Detach
         | Key::Devices
+        | Key::Rebalance
         | Key::Failpoint
         | Key::Unknown => no_such_key(key),
     }

@@ -483,6 +483,7 @@ fn serve(
         _ => None,
     };
     mount::busy::write_run_record(&engine.config, &mountpoint, dev);
+    engine.resume_rebalance();
     ready.send("ok\n");
     let served = session.join();
     // The session ends when the kernel has unmounted (umount(8), `stripefs umount`, a

@@ -41,6 +41,8 @@ pub struct Engine {
     /// The FUSE transport INIT settled ("io_uring" or "/dev/fuse"), and why not io_uring
     /// where it was wanted: for `status`.
     pub transport: std::sync::OnceLock<(String, Option<String>)>,
+    /// The rebalance running in the daemon, if any, and how far it got.
+    pub rebalancer: crate::volume_life::Rebalancer,
 }
 
 /// Who asks for a data change: set-id bits fall when anyone but root changes a file's data.
@@ -361,6 +363,7 @@ pub struct Status {
     /// The emulated RAID card the devices are behind, if any.
     pub controller: Option<String>,
     pub uptime_secs: u64,
+    pub rebalance: crate::volume_life::Progress,
 }
 
 #[derive(Serialize)]
@@ -612,6 +615,7 @@ impl Engine {
             started: Instant::now(),
             mountpoint: mountpoint.to_path_buf(),
             transport: Default::default(),
+            rebalancer: Default::default(),
         })
     }
 
@@ -1103,6 +1107,8 @@ impl Engine {
     /// Unmount: the cache writes every dirty line back, then everything is made durable and
     /// the volume marked cleanly stopped.
     pub fn shutdown(&self) -> Result<()> {
+        // Paused, not forgotten: the next mount goes on with it.
+        self.rebalancer.pause();
         let cached = match &self.caching {
             Some(c) => c.shutdown(
                 &self.ns,
@@ -1393,6 +1399,7 @@ impl Engine {
                 }),
             controller: self.volume.controller().map(|c| c.describe()),
             uptime_secs: self.started.elapsed().as_secs(),
+            rebalance: self.rebalancer.progress(),
         })
     }
 

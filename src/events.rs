@@ -1,5 +1,5 @@
 //! Events for the administrator's program (`[mount] on_event`), as `mdadm --monitor
-//! --program`: when a device joins the volume or fails, the cache gives up (pass-through for good), write-back of
+//! --program`: when a device joins the volume or fails, a rebalance ends, the cache gives up (pass-through for good), write-back of
 //! dirty lines fails, or the namespace store cannot be written, the program runs as
 //! `PROGRAM EVENT MOUNTPOINT [DEVICE]` with the details in its environment (`STRIPEFS_EVENT`,
 //! `STRIPEFS_MOUNTPOINT`, `STRIPEFS_VOLUME`, `STRIPEFS_DEVICE`, `STRIPEFS_DEVICE_INDEX`,
@@ -25,6 +25,7 @@ struct Seen {
     cleaner_errors: u64,
     writeback_told: Option<Instant>,
     store_down: bool,
+    rebalances_ended: u64,
 }
 
 pub struct Events {
@@ -126,6 +127,26 @@ impl Events {
             });
         }
         seen.store_down = down;
+        let rebalance = engine.rebalancer.progress();
+        if rebalance.runs_ended > seen.rebalances_ended {
+            events.push(Event {
+                name: "rebalance-ended",
+                device: None,
+                detail: format!(
+                    "rebalance {}: {} of {} files moved ({} bytes), {} failed{}",
+                    rebalance.state,
+                    rebalance.files_done,
+                    rebalance.files_total,
+                    rebalance.bytes_moved,
+                    rebalance.files_failed,
+                    rebalance
+                        .last_error
+                        .map(|e| format!(" (last: {e})"))
+                        .unwrap_or_default()
+                ),
+            });
+        }
+        seen.rebalances_ended = rebalance.runs_ended;
         drop(seen);
         for e in events {
             self.run(engine, e);

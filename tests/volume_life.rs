@@ -208,3 +208,118 @@ fn an_add_killed_at_each_step_leaves_the_volume_before_or_after() {
         v.umount();
     }
 }
+
+/// Files of whole stripe rows (so "evenly" is exact) striped over every device, and a
+/// directory of one-device files; their contents by name.
+fn fill_for_rebalance(v: &TestVolume) -> Vec<(String, Vec<u8>)> {
+    let mut rng = Rng::new(7);
+    let mut files = Vec::new();
+    let row = 3 * 64 * 1024;
+    std::fs::create_dir(v.path("narrow")).unwrap();
+    stripefs_ok(&[
+        "layout",
+        "set",
+        v.path("narrow").to_str().unwrap(),
+        "--width",
+        "1",
+    ]);
+    for k in 0..12 {
+        files.push((format!("wide{k}"), rng.bytes(row * (1 + k % 4) * 4)));
+    }
+    for k in 0..8 {
+        files.push((format!("narrow/n{k}"), rng.bytes(100_000)));
+    }
+    for (name, data) in &files {
+        let f = std::fs::File::create(v.path(name)).unwrap();
+        std::io::Write::write_all(&mut &f, data).unwrap();
+        f.sync_all().unwrap();
+    }
+    files
+}
+
+/// Bytes each device holds, by the files' own accounts.
+fn usage(v: &TestVolume, files: &[(String, Vec<u8>)], devices: usize) -> Vec<u64> {
+    let mut per = vec![0u64; devices];
+    for (name, _) in files {
+        for o in layout_json(&v.path(name))["objects"].as_array().unwrap() {
+            per[o["device"].as_u64().unwrap() as usize] += o["bytes"].as_u64().unwrap();
+        }
+    }
+    per
+}
+
+fn rebalance_progress(v: &TestVolume) -> serde_json::Value {
+    serde_json::from_slice(&getxattr(&v.mnt, "user.stripefs.rebalance").unwrap()).unwrap()
+}
+
+#[test]
+fn a_rebalance_after_an_add_spreads_the_files_evenly_and_keeps_every_byte() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    let files = fill_for_rebalance(&v);
+    let d3 = new_device(&v, "d3");
+    stripefs_ok(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+    assert_eq!(usage(&v, &files, 4)[3], 0, "an add alone moves nothing");
+    let out = stripefs_ok(&["rebalance", v.mnt_str(), "--json"]);
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["state"], "done", "{p}");
+    assert_eq!(p["files_failed"], 0);
+    assert!(p["files_done"].as_u64().unwrap() >= 12, "{p}");
+    assert_intact(&v, &files, "after the rebalance");
+    let per = usage(&v, &files, 4);
+    let mean = per.iter().sum::<u64>() as f64 / 4.0;
+    for (d, &b) in per.iter().enumerate() {
+        let off = (b as f64 - mean).abs() / mean;
+        assert!(
+            off <= 0.10,
+            "device {d} holds {b} bytes, mean {mean}: {per:?}"
+        );
+    }
+    for k in 0..8 {
+        let devs = devices_of(&v.path(&format!("narrow/n{k}")));
+        assert_eq!(devs.len(), 1, "a one-device file stays on one device");
+    }
+    // Nothing left to do: a second run moves nothing.
+    let again: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["rebalance", v.mnt_str(), "--json"])).unwrap();
+    assert_eq!(again["files_total"], 0, "{again}");
+    v.umount();
+    v.assert_fsck_clean("after the rebalance");
+    v.mount();
+    assert_intact(&v, &files, "after a remount");
+}
+
+#[test]
+fn a_rebalance_killed_goes_on_at_the_next_mount_and_a_stopped_one_does_not() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    let files = fill_for_rebalance(&v);
+    let d3 = new_device(&v, "d3");
+    stripefs_ok(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+    // 1 MB/s: it runs for seconds, long enough to be killed in the middle.
+    setxattr(&v.mnt, "user.stripefs.rebalance", b"start max_mbps=1").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let p = rebalance_progress(&v);
+    assert_eq!(p["state"], "running", "{p}");
+    let status: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+    assert_eq!(status["rebalance"]["state"], "running");
+    v.crash();
+    v.mount();
+    assert_intact(&v, &files, "after a crash in the rebalance");
+    assert_eq!(rebalance_progress(&v)["state"], "running", "it goes on");
+    // Stopped: and not resumed by the next mount.
+    let out = stripefs_ok(&["rebalance", v.mnt_str(), "--stop", "--json"]);
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["state"], "stopped", "{p}");
+    v.remount();
+    assert_eq!(rebalance_progress(&v)["state"], "idle");
+    assert_intact(&v, &files, "after a stop");
+    // Finished at full speed.
+    let out = stripefs_ok(&["rebalance", v.mnt_str(), "--max-mbps", "0", "--json"]);
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["state"], "done", "{p}");
+    assert_intact(&v, &files, "after the rebalance");
+    v.umount();
+    v.assert_fsck_clean("after the rebalance");
+}

@@ -57,13 +57,15 @@ fn push_like_the_others(list: &mut Array, item: &str) {
     }
 }
 
-fn replace_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replaces (or makes) the file at `path` with `bytes` so that a crash leaves the old
+/// contents or the new: written beside it, synced, renamed over it, the directory synced.
+pub fn replace_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     let dir = dir.unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.stripefs-new"));
-    let mode = std::fs::metadata(path)?.permissions().mode();
+    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode());
     let mut f = std::fs::File::create(&tmp)?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     f.write_all(bytes)?;

@@ -5,6 +5,7 @@ use super::resolve::resolve;
 use crate::error::{Error, Result};
 use crate::xattr;
 use std::path::Path;
+use std::sync::Arc;
 
 /// `stripefs device add MNT DIR`.
 pub fn add(mountpoint: &Path, dir: &Path) -> Result<i32> {
@@ -68,4 +69,116 @@ fn device_set(root: &Path) -> Result<serde_json::Value> {
     let raw = xattr::control_get(root, "devices").map_err(refusal("device", root, "devices"))?;
     serde_json::from_slice(&raw)
         .map_err(|e| Error::Usage(format!("device: the daemon's answer is not JSON: {e}")))
+}
+
+/// `stripefs rebalance PATH`: starts (or joins) the daemon's rebalance of PATH's tree and
+/// watches it until it ends; `--stop` stops it. Ctrl-C asks whether to stop it or leave it
+/// running in the daemon.
+pub fn rebalance(path: &Path, max_mbps: Option<u64>, stop: bool, json: bool) -> Result<i32> {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = path
+        .canonicalize()
+        .map_err(|e| Error::Usage(format!("rebalance: {}: {e}", path.display())))?;
+    resolve(&dir)?;
+    let set = |value: &str| {
+        xattr::control_set(&dir, "rebalance", value.as_bytes()).map_err(refusal(
+            "rebalance",
+            &dir,
+            "rebalance",
+        ))
+    };
+    if stop {
+        set("stop")?;
+        let p = progress(&dir)?;
+        print_end(&p, json);
+        return Ok(0);
+    }
+    set(&match max_mbps {
+        Some(m) => format!("start max_mbps={m}"),
+        None => "start".into(),
+    })?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone());
+    let bar = (!json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(1);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "rebalancing [{bar:30}] {bytes}/{total_bytes} {msg} (ETA {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    loop {
+        let p = progress(&dir)?;
+        if let Some(bar) = &bar {
+            bar.set_length(p["bytes_total"].as_u64().unwrap_or(0).max(1));
+            bar.set_position(p["bytes_moved"].as_u64().unwrap_or(0));
+            bar.set_message(format!("{}/{} files", p["files_done"], p["files_total"]));
+        }
+        if p["state"] != "running" {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            print_end(&p, json);
+            return Ok(if p["state"] == "failed" { 1 } else { 0 });
+        }
+        if interrupted.swap(false, Ordering::SeqCst) {
+            if let Some(bar) = &bar {
+                bar.suspend(|| {});
+            }
+            let stop = std::io::stdin().is_terminal() && {
+                eprint!("\nstop the rebalance? it goes on in the daemon otherwise [y/N] ");
+                let mut answer = String::new();
+                std::io::stdin().read_line(&mut answer).is_ok()
+                    && answer.trim().eq_ignore_ascii_case("y")
+            };
+            if stop {
+                set("stop")?;
+                continue;
+            }
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            eprintln!(
+                "the rebalance goes on in the daemon: `stripefs rebalance {}` watches it, \
+                 `--stop` stops it",
+                dir.display()
+            );
+            return Ok(0);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
+fn progress(dir: &Path) -> Result<serde_json::Value> {
+    let raw =
+        xattr::control_get(dir, "rebalance").map_err(refusal("rebalance", dir, "rebalance"))?;
+    serde_json::from_slice(&raw)
+        .map_err(|e| Error::Usage(format!("rebalance: the daemon's answer is not JSON: {e}")))
+}
+
+fn print_end(p: &serde_json::Value, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(p).unwrap_or_default());
+        return;
+    }
+    let secs = p["elapsed_secs"].as_f64().unwrap_or(0.0);
+    let bytes = p["bytes_moved"].as_u64().unwrap_or(0);
+    println!(
+        "rebalance {}: {} of {} files moved, {} in {secs:.1} s ({:.1} MB/s){}",
+        p["state"].as_str().unwrap_or("?"),
+        p["files_done"],
+        p["files_total"],
+        super::human_bytes(bytes),
+        bytes as f64 / 1e6 / secs.max(1e-3),
+        match p["files_failed"].as_u64() {
+            Some(0) | None => String::new(),
+            Some(n) => format!(
+                "; {n} not moved (last: {})",
+                p["last_error"].as_str().unwrap_or("?")
+            ),
+        }
+    );
 }

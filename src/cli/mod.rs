@@ -266,6 +266,24 @@ enum Command {
         #[command(subcommand)]
         action: DeviceAction,
     },
+    /// Restripe files onto every device after devices were added, in the daemon
+    #[command(
+        after_help = "Files laid on the device set before devices joined are restriped         (each move atomic, as `stripefs migrate`) onto the current devices, the files on the         fullest devices first: those striped over every device then span every device again,         narrower ones move to the least used devices. It runs inside the daemon, so it goes         on if this command ends; this command watches it (bytes moved, ETA) until it ends.         Ctrl-C asks whether to stop it. Stopped by an unmount or a crash, it goes on at the         next mount; `--stop` stops it for good. Files stay readable and writable meanwhile         (a file being moved waits its turn). Root or the user who mounted only.\n\n\
+        Example:\n  stripefs rebalance /mnt/vol --max-mbps 200"
+    )]
+    Rebalance {
+        /// A directory on the mounted volume: its tree is rebalanced (the mount root: all)
+        path: PathBuf,
+        /// At most this many MB/s of moved data (0: no limit); given to a running one, changes it
+        #[arg(long)]
+        max_mbps: Option<u64>,
+        /// Stop the running rebalance (the next mount does not go on with it)
+        #[arg(long)]
+        stop: bool,
+        /// Print the final progress as JSON, and no progress bar
+        #[arg(long)]
+        json: bool,
+    },
     /// Show or change the cache's sequential cutoff, promotion and error threshold, live
     #[command(
         after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion,         promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream         seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose         bytes reach --seq-threshold passes through: always, or only when the cache is nearly         full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in         use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that         met a cache device error before the cache goes pass-through for good (0: never).         Settings not given stay; the config's come back at the next mount; changing them:         root or the user who mounted only.\n\n\
@@ -672,6 +690,12 @@ fn run(command: Command) -> Result<i32> {
         Command::Device {
             action: DeviceAction::List { mountpoint, json },
         } => device::list(&mountpoint, json),
+        Command::Rebalance {
+            path,
+            max_mbps,
+            stop,
+            json,
+        } => device::rebalance(&path, max_mbps, stop, json),
         Command::Params {
             mountpoint,
             seq_cutoff,

@@ -1,6 +1,11 @@
-//! The volume's device set over its life: devices joining a mounted volume. The device set
+//! The volume's device set over its life: devices joining a mounted volume, and the
+//! rebalance that spreads the files over them. The device set
 //! itself (superblocks, generations, rings) is the stripe crate's; this is the daemon's side:
 //! who may change it, and the config file the next mount reads.
+
+mod rebalance;
+
+pub use rebalance::{Progress, Rebalancer};
 
 use crate::control::refuse;
 use crate::engine::Engine;

@@ -1,0 +1,349 @@
+//! `stripefs rebalance`: after devices join, files laid on older rings are restriped onto the
+//! ring new files use, so data spreads over every device (as `btrfs balance`). It runs in the
+//! daemon, one file at a time through `migrate` (each move atomic: a crash shows the old
+//! copy or the new), the files on the fullest devices first, at most `max_mbps`; the CLI
+//! attaches to watch it. A run that was going when the volume stopped (unmount, crash) goes
+//! on at the next mount: its wish is kept in `rebalance.json` beside the namespace.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::namespace::{Inode, Kind};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stripe::Layout;
+
+/// What `user.stripefs.rebalance` shows.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Progress {
+    /// idle, running, done, stopped (asked to), failed (some files could not be moved)
+    pub state: String,
+    /// The directory whose tree is rebalanced (its inode).
+    pub root: u64,
+    pub files_total: u64,
+    pub files_done: u64,
+    pub files_failed: u64,
+    pub bytes_total: u64,
+    pub bytes_moved: u64,
+    /// 0: no limit.
+    pub max_mbps: u64,
+    pub elapsed_secs: f64,
+    pub eta_secs: Option<f64>,
+    /// The last file that could not be moved, and why.
+    pub last_error: Option<String>,
+    /// Runs that ended (done, stopped or failed) since the mount: for the events.
+    pub runs_ended: u64,
+}
+
+/// The wish that outlives the daemon.
+#[derive(Serialize, Deserialize)]
+struct Wish {
+    root: u64,
+    max_mbps: u64,
+}
+
+#[derive(Default)]
+pub struct Rebalancer {
+    progress: Arc<Mutex<Progress>>,
+    stop: Arc<AtomicBool>,
+    max_mbps: Arc<AtomicU64>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Rebalancer {
+    pub fn progress(&self) -> Progress {
+        let mut p = self.progress.lock().clone();
+        if p.state.is_empty() {
+            p.state = "idle".into();
+        }
+        p
+    }
+
+    fn running(&self) -> bool {
+        self.worker
+            .lock()
+            .as_ref()
+            .is_some_and(|w| !w.is_finished())
+    }
+
+    /// Stops a run for the unmount, leaving its wish for the next mount.
+    pub fn pause(&self) {
+        self.stop.store(true, Relaxed);
+        if let Some(w) = self.worker.lock().take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn wish_path(engine: &Engine) -> PathBuf {
+    crate::engine::meta_dir(&engine.config).join("rebalance.json")
+}
+
+impl Engine {
+    /// Starts a rebalance of the tree under `root` (or, running already, sets its limit).
+    pub fn rebalance(self: &Arc<Self>, root: u64, max_mbps: Option<u64>) -> Result<()> {
+        if self.read_only.load(Relaxed) {
+            return crate::control::refuse(libc::EROFS, "the volume is mounted read-only");
+        }
+        let r = &self.rebalancer;
+        if let Some(m) = max_mbps {
+            r.max_mbps.store(m, Relaxed);
+        }
+        if r.running() {
+            return Ok(());
+        }
+        let wish = Wish {
+            root,
+            max_mbps: r.max_mbps.load(Relaxed),
+        };
+        let text = serde_json::to_vec(&wish).map_err(|e| Error::Store(e.to_string()))?;
+        mountcfg::edit::replace_durably(&wish_path(self), &text)?;
+        self.start_rebalance(root);
+        Ok(())
+    }
+
+    /// Stops a running rebalance, and forgets it (the next mount does not go on with it).
+    pub fn stop_rebalance(&self) -> Result<()> {
+        self.rebalancer.pause();
+        self.rebalancer.stop.store(false, Relaxed);
+        match std::fs::remove_file(wish_path(self)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Goes on with a rebalance the last mount did not finish.
+    pub fn resume_rebalance(self: &Arc<Self>) {
+        if self.read_only.load(Relaxed) {
+            return;
+        }
+        let Ok(text) = std::fs::read(wish_path(self)) else {
+            return;
+        };
+        match serde_json::from_slice::<Wish>(&text) {
+            Ok(w) if self.ns.get(w.root).is_ok() => {
+                log::info!("going on with the rebalance the last mount left unfinished");
+                self.rebalancer.max_mbps.store(w.max_mbps, Relaxed);
+                self.start_rebalance(w.root);
+            }
+            _ => {
+                log::warn!(
+                    "{}: not a rebalance this volume can go on with; removed",
+                    wish_path(self).display()
+                );
+                let _ = std::fs::remove_file(wish_path(self));
+            }
+        }
+    }
+
+    fn start_rebalance(self: &Arc<Self>, root: u64) {
+        let r = &self.rebalancer;
+        r.stop.store(false, Relaxed);
+        let runs_ended = r.progress.lock().runs_ended;
+        *r.progress.lock() = Progress {
+            state: "running".into(),
+            root,
+            max_mbps: r.max_mbps.load(Relaxed),
+            runs_ended,
+            ..Progress::default()
+        };
+        let engine = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("stripefs-rebalance".into())
+            .spawn(move || engine.run_rebalance(root));
+        match spawned {
+            Ok(w) => *r.worker.lock() = Some(w),
+            Err(e) => {
+                let mut p = r.progress.lock();
+                p.state = "failed".into();
+                p.last_error = Some(format!("no thread to run it: {e}"));
+            }
+        }
+    }
+
+    fn run_rebalance(&self, root: u64) {
+        let r = &self.rebalancer;
+        let moves = self.plan_rebalance(root);
+        {
+            let mut p = r.progress.lock();
+            p.files_total = moves.len() as u64;
+            p.bytes_total = moves.iter().map(|m| m.1).sum();
+        }
+        let start = Instant::now();
+        for (ino, size, to) in moves {
+            if r.stop.load(Relaxed) {
+                break;
+            }
+            let moved = self.migrate(ino, to);
+            let mut p = r.progress.lock();
+            match moved {
+                Ok(_) => {
+                    p.files_done += 1;
+                    p.bytes_moved += size;
+                }
+                // Deleted meanwhile: nothing left to move.
+                Err(e) if e.errno() == libc::ENOENT => p.files_done += 1,
+                Err(e) => {
+                    p.files_failed += 1;
+                    p.last_error = Some(format!("inode {ino}: {e}"));
+                    log::error!("rebalance: inode {ino} not moved: {e}");
+                }
+            }
+            let elapsed = start.elapsed().as_secs_f64();
+            p.elapsed_secs = elapsed;
+            let rate = p.bytes_moved as f64 / elapsed.max(1e-3);
+            p.eta_secs = (rate > 0.0).then(|| (p.bytes_total - p.bytes_moved) as f64 / rate);
+            p.max_mbps = r.max_mbps.load(Relaxed);
+            let moved = p.bytes_moved;
+            drop(p);
+            self.throttle(start, moved);
+        }
+        let stopped = r.stop.load(Relaxed);
+        let mut p = r.progress.lock();
+        p.elapsed_secs = start.elapsed().as_secs_f64();
+        p.eta_secs = None;
+        p.runs_ended += 1;
+        p.state = match (stopped, p.files_failed) {
+            (true, _) => "stopped",
+            (false, 0) => "done",
+            _ => "failed",
+        }
+        .into();
+        log::info!(
+            "rebalance {}: {} of {} files, {} bytes moved in {:.1}s",
+            p.state,
+            p.files_done,
+            p.files_total,
+            p.bytes_moved,
+            p.elapsed_secs
+        );
+        // Done (or given up on some files): nothing to go on with at the next mount. A pause
+        // for the unmount keeps the wish.
+        if !stopped {
+            let _ = std::fs::remove_file(wish_path(self));
+        }
+    }
+
+    /// Waits until `moved` bytes since `start` are within the limit (checking for a stop).
+    fn throttle(&self, start: Instant, moved: u64) {
+        let r = &self.rebalancer;
+        loop {
+            let mbps = r.max_mbps.load(Relaxed);
+            if mbps == 0 || r.stop.load(Relaxed) {
+                return;
+            }
+            let due = Duration::from_secs_f64(moved as f64 / (mbps as f64 * 1e6));
+            let Some(wait) = due.checked_sub(start.elapsed()) else {
+                return;
+            };
+            std::thread::sleep(wait.min(Duration::from_millis(100)));
+        }
+    }
+
+    /// The files under `root` to restripe, the fullest devices' first: each with its size and
+    /// the layout it goes to.
+    fn plan_rebalance(&self, root: u64) -> Vec<(u64, u64, Layout)> {
+        let (inodes, entries) = self.ns.snapshot();
+        let rings = self.volume.rings();
+        let (ring, n) = self.volume.current_ring();
+        let default_width = self.volume_layout().width;
+        // What each device holds now, by the layouts.
+        let mut load: HashMap<usize, u64> = HashMap::new();
+        let share = |i: &Inode, l: &Layout| -> Vec<(usize, u64)> {
+            (0..l.width)
+                .map(|s| (rings.device_of_slot(l, s), l.object_len(i.size, s)))
+                .collect()
+        };
+        for i in inodes.iter().filter(|i| i.kind == Kind::File) {
+            if let Some(l) = &i.layout {
+                for (d, b) in share(i, l) {
+                    *load.entry(d).or_default() += b;
+                }
+            }
+        }
+        // The files of the tree.
+        let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (parent, _, ino) in &entries {
+            children.entry(*parent).or_default().push(*ino);
+        }
+        let mut tree = HashSet::new();
+        let mut todo = vec![root];
+        while let Some(ino) = todo.pop() {
+            if tree.insert(ino) {
+                todo.extend(children.get(&ino).into_iter().flatten());
+            }
+        }
+        let mut candidates: Vec<&Inode> = inodes
+            .iter()
+            .filter(|i| i.kind == Kind::File && tree.contains(&i.ino))
+            .filter(|i| i.layout.is_some_and(|l| l.ring != ring))
+            .collect();
+        let fullest = |i: &Inode| {
+            let l = i.layout.unwrap();
+            (0..l.width)
+                .map(|s| load.get(&rings.device_of_slot(&l, s)).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        };
+        // Files striped over every device first: where they go is fixed (evenly over all),
+        // and the narrower ones then fill what is least used.
+        let all_devices = |i: &Inode| {
+            let l = i.layout.unwrap();
+            rings
+                .ring(l.ring)
+                .is_some_and(|r| r.len() == l.width as usize)
+        };
+        candidates.sort_by_key(|i| {
+            (
+                !all_devices(i),
+                std::cmp::Reverse(fullest(i)),
+                std::cmp::Reverse(i.size),
+            )
+        });
+        let mut moves = Vec::new();
+        for i in candidates {
+            let from = i.layout.unwrap();
+            let ring_len = rings.ring(from.ring).map_or(0, |r| r.len() as u32);
+            // A file striped over every device keeps doing so; a narrower one keeps its width.
+            let width = match from.width == ring_len {
+                true => default_width,
+                false => from.width,
+            }
+            .min(n);
+            let place = |first: u32| Layout {
+                ring,
+                first_device: first,
+                width,
+                ..from
+            };
+            for (d, b) in share(i, &from) {
+                *load.entry(d).or_default() -= b;
+            }
+            let cost = |l: &Layout| -> u64 {
+                (0..width)
+                    .map(|s| load.get(&rings.device_of_slot(l, s)).copied().unwrap_or(0))
+                    .sum()
+            };
+            let to = match width == n {
+                true => place((i.ino % n as u64) as u32),
+                false => (0..n).map(place).min_by_key(cost).unwrap(),
+            };
+            // Where it is already: it stays.
+            let to = match rings.devices_of(&to) == rings.devices_of(&from) {
+                true => from,
+                false => to,
+            };
+            for (d, b) in share(i, &to) {
+                *load.entry(d).or_default() += b;
+            }
+            if to != from {
+                moves.push((i.ino, i.size, to));
+            }
+        }
+        moves
+    }
+}
