@@ -1193,6 +1193,16 @@ impl Engine {
     /// Restripes a file with its content unchanged; readers and writers wait meanwhile, so no
     /// one sees a mix. A crash leaves either the old or the new copy, never a blend.
     pub fn migrate(&self, ino: u64, to: Layout) -> Result<Inode> {
+        self.migrate_paced(ino, to, &mut |_| true)
+    }
+
+    /// `migrate`, with `pace` told each chunk before it is copied (see `Volume::copy_to`).
+    pub fn migrate_paced(
+        &self,
+        ino: u64,
+        to: Layout,
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Inode> {
         self.volume
             .validate(&to)
             .map_err(|_| Error::Errno(libc::EINVAL))?;
@@ -1204,7 +1214,7 @@ impl Engine {
         }
         self.rebuild(&inode, to, inode.size, "engine.migrate-copied", |object| {
             self.volume
-                .copy_to(inode.object, &from, inode.size, object, &to)
+                .copy_to(inode.object, &from, inode.size, object, &to, pace)
         })
     }
 

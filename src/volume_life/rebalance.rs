@@ -178,13 +178,23 @@ impl Engine {
             if r.stop.load(Relaxed) {
                 break;
             }
-            let moved = self.migrate(ino, to);
+            let before = r.progress.lock().bytes_moved;
+            let mut copied = 0;
+            let moved = self.migrate_paced(ino, to, &mut |chunk| {
+                copied += chunk;
+                r.progress.lock().bytes_moved = before + copied;
+                self.throttle(start, before + copied);
+                !r.stop.load(Relaxed)
+            });
             let mut p = r.progress.lock();
+            p.bytes_moved = before;
             match moved {
                 Ok(_) => {
                     p.files_done += 1;
                     p.bytes_moved += size;
                 }
+                // Stopped in the middle of the file: it keeps its old copy.
+                Err(_) if r.stop.load(Relaxed) => break,
                 // Deleted meanwhile: nothing left to move.
                 Err(e) if e.errno() == libc::ENOENT => p.files_done += 1,
                 Err(e) => {
@@ -198,9 +208,6 @@ impl Engine {
             let rate = p.bytes_moved as f64 / elapsed.max(1e-3);
             p.eta_secs = (rate > 0.0).then(|| (p.bytes_total - p.bytes_moved) as f64 / rate);
             p.max_mbps = r.max_mbps.load(Relaxed);
-            let moved = p.bytes_moved;
-            drop(p);
-            self.throttle(start, moved);
         }
         let stopped = r.stop.load(Relaxed);
         let mut p = r.progress.lock();
@@ -228,7 +235,8 @@ impl Engine {
         }
     }
 
-    /// Waits until `moved` bytes since `start` are within the limit (checking for a stop).
+    /// Waits until `moved` bytes since `start` are within the limit (checking for a stop):
+    /// called before each chunk of a file is copied, so a large file keeps the limit too.
     fn throttle(&self, start: Instant, moved: u64) {
         let r = &self.rebalancer;
         loop {

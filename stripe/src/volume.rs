@@ -1079,7 +1079,8 @@ impl Volume {
     }
 
     /// Copies an object's data into another object id under a new layout (for migration);
-    /// all-zero chunks are left as holes.
+    /// all-zero chunks are left as holes. `pace` is told each chunk's bytes before it is
+    /// copied, and may wait (a bandwidth limit); when it says no, the copy stops (EINTR).
     pub fn copy_to(
         &self,
         ino: u64,
@@ -1087,12 +1088,16 @@ impl Volume {
         size: u64,
         to_ino: u64,
         to: &Layout,
+        pace: &mut dyn FnMut(u64) -> bool,
     ) -> Result<()> {
         const CHUNK: u64 = 4 << 20;
         let mut buf = vec![0u8; CHUNK as usize];
         let mut pos = 0;
         while pos < size {
             let n = (size - pos).min(CHUNK) as usize;
+            if !pace(n as u64) {
+                return Err(self.io_err(0, io::Error::from_raw_os_error(libc::EINTR)));
+            }
             self.read(ino, from, pos, &mut buf[..n])?;
             if buf[..n].iter().any(|&b| b != 0) {
                 self.write(to_ino, to, pos, &buf[..n])?;
@@ -1395,7 +1400,8 @@ mod tests {
         let to = Layout::new(131072, 2, 1);
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         v.write(5, &from, 0, &data).unwrap();
-        v.copy_to(5, &from, data.len() as u64, 1000, &to).unwrap();
+        v.copy_to(5, &from, data.len() as u64, 1000, &to, &mut |_| true)
+            .unwrap();
         let mut back = vec![0u8; data.len()];
         v.read(1000, &to, 0, &mut back).unwrap();
         assert_eq!(back, data);
