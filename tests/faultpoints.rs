@@ -504,3 +504,20 @@ fn what_a_failed_or_crashed_shrink_cut_off_never_shows_again() {
         v.assert_fsck_clean("after failed shrinks");
     }
 }
+
+/// A request whose handler panics gets EIO, and the thread that served it goes on serving:
+/// more panics than the session has threads still leave a volume that answers.
+#[test]
+fn a_panicking_request_gets_eio_and_the_volume_keeps_answering() {
+    let mut v = TestVolume::new(2, "64K", "[mount]\nthreads = 2\n");
+    v.mount();
+    setxattr(&v.mnt, "user.stripefs.failpoint", b"fs.create=panic").unwrap();
+    for k in 0..6 {
+        let e = File::create(v.path(&format!("p{k}"))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "create {k}: {e}");
+    }
+    setxattr(&v.mnt, "user.stripefs.failpoint", b"fs.create=off").unwrap();
+    fs::write(v.path("after"), b"still answering").unwrap();
+    assert_eq!(fs::read(v.path("after")).unwrap(), b"still answering");
+    v.umount();
+}

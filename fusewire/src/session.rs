@@ -131,7 +131,25 @@ impl<F: Filesystem> Shared<F> {
     }
 
     /// Routes one decoded request (any transport). INIT is the session's and never comes here.
+    /// A handler that panics costs its own request (EIO, from the reply dropped on the way
+    /// out), not the thread that serves the others: a session whose threads died one panic
+    /// at a time would leave every caller waiting.
     pub fn dispatch(&self, req: Request<'_>, reply: Reply, ring: Option<&RingCtx<'_>>) {
+        let unique = req.unique;
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.route(req, reply, ring)
+        }));
+        if let Err(panic) = served {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            log::error!("request {unique}: the filesystem panicked ({what}); answered EIO");
+        }
+    }
+
+    fn route(&self, req: Request<'_>, reply: Reply, ring: Option<&RingCtx<'_>>) {
         match req.op {
             Operation::Forget { nlookup } => {
                 self.fs.forget(req.nodeid, nlookup);
