@@ -1309,7 +1309,9 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(index, s)| DeviceStatus {
-                state: if missing.contains(&index) {
+                state: if health[index].removed {
+                    "removed"
+                } else if missing.contains(&index) {
                     "missing"
                 } else if health[index].failed {
                     "failed"

@@ -72,7 +72,7 @@ impl Events {
         seen.devices = health.len();
         seen.failed_devices.resize(health.len(), false);
         for (i, h) in health.iter().enumerate() {
-            if h.failed && !seen.failed_devices[i] {
+            if h.failed && !h.removed && !seen.failed_devices[i] {
                 let path = engine.volume.device_path(i).to_path_buf();
                 events.push(Event {
                     name: "device-failed",

@@ -110,7 +110,9 @@ pub fn devices(engine: &Engine) -> Vec<DeviceUsage> {
         .map(|(index, s)| {
             let h = &health[index];
             let (objects, bytes) = objects_on(&s.path);
-            let (state, reason, hint) = if h.failed {
+            let (state, reason, hint) = if h.removed {
+                ("removed", None, None)
+            } else if h.failed {
                 let (r, hint) = failure(&s.path, &engine.mountpoint);
                 ("failed", Some(r), Some(hint))
             } else if h.read_errors + h.write_errors > 0 {

@@ -323,3 +323,108 @@ fn a_rebalance_killed_goes_on_at_the_next_mount_and_a_stopped_one_does_not() {
     v.umount();
     v.assert_fsck_clean("after the rebalance");
 }
+
+#[test]
+fn a_device_removed_online_leaves_every_byte_on_the_others() {
+    let mut v = TestVolume::new(3, "64K", "# keep this comment\n");
+    v.mount();
+    let files = fill_for_rebalance(&v);
+    let d3 = new_device(&v, "d3");
+    stripefs_ok(&["device", "add", v.mnt_str(), d3.to_str().unwrap()]);
+    let more = fill(&v, &["on4a", "on4b"], 9);
+    // Device 0 holds the namespace: refused, with the reason.
+    let out = stripefs(&["device", "remove", v.mnt_str(), "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("namespace"));
+    // Device 1, one of the devices of mkfs.
+    let out = stripefs_ok(&["device", "remove", v.mnt_str(), "1", "--json"]);
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["state"], "done", "{p}");
+    assert_intact(&v, &files, "after the removal");
+    assert_intact(&v, &more, "after the removal");
+    for (name, _) in files.iter().chain(&more) {
+        assert!(
+            !devices_of(&v.path(name)).contains(&1),
+            "{name} still on device 1"
+        );
+    }
+    let list: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["device", "list", v.mnt_str(), "--json"])).unwrap();
+    assert_eq!(list["removed"], serde_json::json!([1]));
+    assert_eq!(list["devices"].as_array().unwrap().len(), 3);
+    let after = fill(&v, &["later"], 10);
+    assert!(!devices_of(&v.path("later")).contains(&1));
+    let config = std::fs::read_to_string(&v.config).unwrap();
+    assert!(config.contains("# keep this comment"));
+    assert!(
+        !config.contains(&format!("\"{}\"", v.devices[1].display())),
+        "{config}"
+    );
+    v.remount();
+    assert_intact(&v, &files, "after a remount");
+    assert_intact(&v, &after, "after a remount");
+    assert_eq!(
+        device_count(&v),
+        4,
+        "the removed id keeps its place in status"
+    );
+    v.umount();
+    v.assert_fsck_clean("after the removal");
+    // The directory left: it may join again, as a new device.
+    v.mount();
+    stripefs_ok(&["device", "add", v.mnt_str(), v.devices[1].to_str().unwrap()]);
+    let list: serde_json::Value =
+        serde_json::from_str(&stripefs_ok(&["device", "list", v.mnt_str(), "--json"])).unwrap();
+    assert_eq!(list["devices"].as_array().unwrap().len(), 4);
+    v.umount();
+}
+
+/// A removal killed in the middle of its moves and at each superblock write: the volume
+/// mounts, every byte is there, and the removal can be finished.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_removal_killed_at_each_step_loses_nothing() {
+    for arm in [
+        None,
+        Some("device.remove-superblock=return(crash)"),
+        Some("device.remove-superblock=1*off->return(crash)"),
+        Some("engine.migrate-copied=2*off->return(crash)"),
+    ] {
+        let what = format!("{arm:?}");
+        let mut v = TestVolume::new(3, "64K", "");
+        v.mount();
+        let files = fill_for_rebalance(&v);
+        let pid = v.daemon_pid();
+        match arm {
+            Some(a) => setxattr(&v.mnt, "user.stripefs.failpoint", a.as_bytes()).unwrap(),
+            // Killed while moving, at 1 MB/s.
+            None => setxattr(&v.mnt, "user.stripefs.devices", b"remove 2 max_mbps=1").unwrap(),
+        }
+        if arm.is_some() {
+            let _ = stripefs(&["device", "remove", v.mnt_str(), "2", "--json"]);
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        }
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        v.forget_dead_daemon(pid);
+        v.mount();
+        assert_intact(&v, &files, &what);
+        // The removal goes on (or is asked for again), and finishes.
+        let out = stripefs(&[
+            "device",
+            "remove",
+            v.mnt_str(),
+            "2",
+            "--max-mbps",
+            "0",
+            "--json",
+        ]);
+        let list: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["device", "list", v.mnt_str(), "--json"])).unwrap();
+        assert_eq!(list["removed"], serde_json::json!([2]), "{what}: {out:?}");
+        assert_intact(&v, &files, &what);
+        v.umount();
+        v.assert_fsck_clean(&what);
+    }
+}

@@ -35,6 +35,7 @@ pub const POINTS: &[&str] = &[
     "cache.detach-recorded",
     "device.add-joined",
     "device.add-superblock",
+    "device.remove-superblock",
 ];
 
 /// Points the generic suite (tests/faultpoints.rs) leaves to their own tests: those whose
@@ -49,6 +50,7 @@ pub const OWN_TESTS: &[&str] = &[
     "cache.detach-recorded",
     "device.add-joined",
     "device.add-superblock",
+    "device.remove-superblock",
 ];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would

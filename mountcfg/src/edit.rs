@@ -31,6 +31,32 @@ pub fn add_device(path: &Path, device: &Path) -> Result<(), String> {
     replace_durably(path, doc.to_string().as_bytes()).map_err(|e| format!("{shown}: {e}"))
 }
 
+/// Drops `device` from `[volume] devices` of the config at `path` (a device removed).
+pub fn remove_device(path: &Path, device: &Path) -> Result<(), String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{shown}: not valid TOML any more ({e})"))?;
+    let devices = doc
+        .get_mut("volume")
+        .and_then(Item::as_table_like_mut)
+        .and_then(|v| v.get_mut("devices"))
+        .and_then(Item::as_value_mut)
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("{shown}: no `devices` list in [volume]"))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let same = |d: &str| {
+        let p = base.join(d);
+        p == device || p.canonicalize().is_ok_and(|p| p == device)
+    };
+    let Some(at) = devices.iter().position(|d| d.as_str().is_some_and(same)) else {
+        return Ok(());
+    };
+    devices.remove(at);
+    replace_durably(path, doc.to_string().as_bytes()).map_err(|e| format!("{shown}: {e}"))
+}
+
 /// Pushes `item` formatted as the list is: one per line when the list is written so.
 fn push_like_the_others(list: &mut Array, item: &str) {
     let multiline = list.iter().any(|v| {

@@ -75,8 +75,6 @@ fn device_set(root: &Path) -> Result<serde_json::Value> {
 /// watches it until it ends; `--stop` stops it. Ctrl-C asks whether to stop it or leave it
 /// running in the daemon.
 pub fn rebalance(path: &Path, max_mbps: Option<u64>, stop: bool, json: bool) -> Result<i32> {
-    use std::io::IsTerminal;
-    use std::sync::atomic::{AtomicBool, Ordering};
     let dir = path
         .canonicalize()
         .map_err(|e| Error::Usage(format!("rebalance: {}: {e}", path.display())))?;
@@ -98,6 +96,46 @@ pub fn rebalance(path: &Path, max_mbps: Option<u64>, stop: bool, json: bool) -> 
         Some(m) => format!("start max_mbps={m}"),
         None => "start".into(),
     })?;
+    watch(&dir, json, || set("stop"))
+}
+
+/// `stripefs device remove MNT DEV`: the daemon moves every file off the device, then drops
+/// it; watched as a rebalance is.
+pub fn remove(mountpoint: &Path, device: &str, max_mbps: Option<u64>, json: bool) -> Result<i32> {
+    let root = resolve(mountpoint)?.root;
+    let id = super::find::device_index(&root, device)?;
+    let value = match max_mbps {
+        Some(m) => format!("remove {id} max_mbps={m}"),
+        None => format!("remove {id}"),
+    };
+    xattr::control_set(&root, "devices", value.as_bytes()).map_err(refusal(
+        "device remove",
+        &root,
+        "devices",
+    ))?;
+    let code = watch(&root, json, || {
+        xattr::control_set(&root, "rebalance", b"stop").map_err(refusal(
+            "device remove",
+            &root,
+            "rebalance",
+        ))
+    })?;
+    let set = device_set(&root)?;
+    if !json
+        && set["removed"]
+            .as_array()
+            .is_some_and(|r| r.contains(&id.into()))
+    {
+        println!("{}: device {id} left the volume", root.display());
+    }
+    Ok(code)
+}
+
+/// Watches the daemon's rebalance (or removal) at `dir` until it ends; Ctrl-C asks whether to
+/// `stop` it or leave it running.
+fn watch(dir: &Path, json: bool, stop: impl Fn() -> Result<()>) -> Result<i32> {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let interrupted = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone());
     let bar = (!json && std::io::stderr().is_terminal()).then(|| {
@@ -111,7 +149,7 @@ pub fn rebalance(path: &Path, max_mbps: Option<u64>, stop: bool, json: bool) -> 
         bar
     });
     loop {
-        let p = progress(&dir)?;
+        let p = progress(dir)?;
         if let Some(bar) = &bar {
             bar.set_length(p["bytes_total"].as_u64().unwrap_or(0).max(1));
             bar.set_position(p["bytes_moved"].as_u64().unwrap_or(0));
@@ -128,22 +166,22 @@ pub fn rebalance(path: &Path, max_mbps: Option<u64>, stop: bool, json: bool) -> 
             if let Some(bar) = &bar {
                 bar.suspend(|| {});
             }
-            let stop = std::io::stdin().is_terminal() && {
+            let stop_it = std::io::stdin().is_terminal() && {
                 eprint!("\nstop the rebalance? it goes on in the daemon otherwise [y/N] ");
                 let mut answer = String::new();
                 std::io::stdin().read_line(&mut answer).is_ok()
                     && answer.trim().eq_ignore_ascii_case("y")
             };
-            if stop {
-                set("stop")?;
+            if stop_it {
+                stop()?;
                 continue;
             }
             if let Some(bar) = &bar {
                 bar.finish_and_clear();
             }
             eprintln!(
-                "the rebalance goes on in the daemon: `stripefs rebalance {}` watches it, \
-                 `--stop` stops it",
+                "it goes on in the daemon: `stripefs rebalance {}` watches it, `stripefs \
+                 rebalance {0} --stop` stops it",
                 dir.display()
             );
             return Ok(0);

@@ -24,7 +24,7 @@ struct Hit {
 }
 
 /// Which device `spec` names: its index, or its directory as `status` lists it.
-fn device_index(root: &Path, spec: &str) -> Result<usize> {
+pub(super) fn device_index(root: &Path, spec: &str) -> Result<usize> {
     let status = xattr::control_get(root, "status")
         .map_err(|r| Error::Usage(format!("{}: status: {}", root.display(), why(r))))?;
     let status: serde_json::Value = serde_json::from_slice(&status)

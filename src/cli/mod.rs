@@ -690,6 +690,15 @@ fn run(command: Command) -> Result<i32> {
         Command::Device {
             action: DeviceAction::List { mountpoint, json },
         } => device::list(&mountpoint, json),
+        Command::Device {
+            action:
+                DeviceAction::Remove {
+                    mountpoint,
+                    device,
+                    max_mbps,
+                    json,
+                },
+        } => device::remove(&mountpoint, &device, max_mbps, json),
         Command::Rebalance {
             path,
             max_mbps,
@@ -739,6 +748,30 @@ pub enum DeviceAction {
         mountpoint: PathBuf,
         /// The directory to add (empty, or left by an add of this volume that was cut short)
         dir: PathBuf,
+    },
+    /// Move every file off a device, then drop it from the volume, online
+    #[command(
+        after_help = "DEV is the device's id or its directory, as `stripefs device list` \
+        shows them. New files avoid the device at once; then the daemon moves every file with \
+        data on it to the other devices (each move atomic, as `stripefs migrate`), as a \
+        rebalance runs: this command watches it (bytes, ETA) and Ctrl-C asks whether to stop \
+        it. Refused, with the numbers, when the other devices cannot hold what it has. When \
+        nothing is left on it, it leaves the device set and the config file; an unmount or a \
+        crash pauses it, and the next mount goes on with it. The device holding the namespace \
+        store (device 0 unless volume.meta) cannot be removed. Root or the mounter.\n\n\
+        Example:\n  stripefs device remove /mnt/vol 2"
+    )]
+    Remove {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The device: its id or its directory
+        device: String,
+        /// At most this many MB/s of moved data (0: no limit)
+        #[arg(long)]
+        max_mbps: Option<u64>,
+        /// Print the final progress as JSON, and no progress bar
+        #[arg(long)]
+        json: bool,
     },
     /// List the volume's devices by id, with the device set's generation
     List {

@@ -46,6 +46,8 @@ pub struct DeviceSet {
     /// The rings layouts are laid on, by number; new files go on the last.
     pub rings: Vec<Vec<u32>>,
     pub devices: Vec<DeviceEntry>,
+    /// Ids of devices removed from the set.
+    pub removed: Vec<usize>,
 }
 
 #[derive(serde::Serialize)]
@@ -56,15 +58,118 @@ pub struct DeviceEntry {
 
 impl Engine {
     pub fn device_set(&self) -> DeviceSet {
+        let health = self.volume.health();
+        let (removed, members): (Vec<usize>, Vec<usize>) =
+            (0..health.len()).partition(|&id| health[id].removed);
         DeviceSet {
             generation: self.volume.generation(),
             rings: self.volume.rings().0.clone(),
-            devices: (0..self.volume.device_count() as usize)
+            devices: members
+                .into_iter()
                 .map(|id| DeviceEntry {
                     id,
                     path: self.volume.device_path(id).to_path_buf(),
                 })
                 .collect(),
+            removed,
         }
+    }
+}
+
+impl Engine {
+    /// Starts removing device `id`: new files avoid it, every file on it moves to the other
+    /// devices (in the daemon, as a rebalance runs), then it leaves the set and the config.
+    /// Refused, with the numbers, when the others cannot hold what it has.
+    pub fn remove_device(
+        self: &std::sync::Arc<Self>,
+        id: usize,
+        max_mbps: Option<u64>,
+    ) -> Result<()> {
+        if self.read_only.load(Relaxed) {
+            return refuse(
+                libc::EROFS,
+                "the volume is mounted read-only: its device set does not change",
+            );
+        }
+        let health = self.volume.health();
+        if health.get(id).is_none_or(|h| h.removed) {
+            return refuse(libc::ENOENT, format!("the volume has no device {id}"));
+        }
+        let meta = crate::engine::meta_dir(&self.config);
+        if meta.starts_with(self.volume.device_path(id)) {
+            return refuse(
+                libc::EBUSY,
+                format!(
+                    "device {id} holds the namespace store ({}); it cannot be removed while it \
+                     does (volume.meta puts the store elsewhere, at mkfs)",
+                    meta.display()
+                ),
+            );
+        }
+        let (on_it, room) = self.room_for_removal(id);
+        if on_it > room {
+            return refuse(
+                libc::ENOSPC,
+                format!(
+                    "device {id} holds {on_it} bytes of files, but the other devices have room \
+                     for {room}: free space there (or add a device) first"
+                ),
+            );
+        }
+        self.start_job(crate::namespace::ROOT, max_mbps, Some(id))
+    }
+
+    /// Bytes the files keep on device `id`, and the room the others have for them (each
+    /// filesystem counted once, as devices may share one).
+    fn room_for_removal(&self, id: usize) -> (u64, u64) {
+        let rings = self.volume.rings();
+        let (inodes, _) = self.ns.snapshot();
+        let on_it = inodes
+            .iter()
+            .filter_map(|i| Some((i, i.layout?)))
+            .filter_map(|(i, l)| Some(l.object_len(i.size, rings.slot_of_device(&l, id)?)))
+            .sum();
+        let health = self.volume.health();
+        let mut seen = std::collections::HashSet::new();
+        let room = self
+            .volume
+            .space()
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| *d != id && !health[*d].removed)
+            .filter(|(_, s)| seen.insert((s.total_bytes, s.free_bytes)))
+            .map(|(_, s)| s.avail_bytes)
+            .sum();
+        (on_it, room)
+    }
+
+    /// After the files moved off device `id`: checks that none is left on it, then drops it
+    /// from the set and from the config.
+    pub(super) fn finish_removal(&self, id: usize) -> Result<()> {
+        let rings = self.volume.rings();
+        let (inodes, _) = self.ns.snapshot();
+        if let Some(i) = inodes
+            .iter()
+            .find(|i| i.layout.is_some_and(|l| rings.devices_of(&l).contains(&id)))
+        {
+            return refuse(
+                libc::EBUSY,
+                format!(
+                    "inode {} still has data on device {id} (it could not be moved): the \
+                     device stays",
+                    i.ino
+                ),
+            );
+        }
+        let path = self.volume.device_path(id).to_path_buf();
+        self.volume.retire(id)?;
+        if let Err(e) = mountcfg::edit::remove_device(&self.config.source, &path) {
+            log::error!(
+                "device {id} ({}) left the volume, but the config was not updated: {e}; drop \
+                 it from `devices` by hand (mount skips it meanwhile)",
+                path.display()
+            );
+        }
+        Ok(())
     }
 }

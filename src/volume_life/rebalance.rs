@@ -1,5 +1,7 @@
 //! `stripefs rebalance`: after devices join, files laid on older rings are restriped onto the
-//! ring new files use, so data spreads over every device (as `btrfs balance`). It runs in the
+//! ring new files use, so data spreads over every device (as `btrfs balance`). The same run,
+//! draining one device, is `stripefs device remove`: every file on it moves to the others,
+//! then it leaves the set. It runs in the
 //! daemon, one file at a time through `migrate` (each move atomic: a crash shows the old
 //! copy or the new), the files on the fullest devices first, at most `max_mbps`; the CLI
 //! attaches to watch it. A run that was going when the volume stopped (unmount, crash) goes
@@ -24,6 +26,8 @@ pub struct Progress {
     pub state: String,
     /// The directory whose tree is rebalanced (its inode).
     pub root: u64,
+    /// The device being emptied for its removal, if that is what runs.
+    pub removing: Option<usize>,
     pub files_total: u64,
     pub files_done: u64,
     pub files_failed: u64,
@@ -44,6 +48,8 @@ pub struct Progress {
 struct Wish {
     root: u64,
     max_mbps: u64,
+    #[serde(default)]
+    removing: Option<usize>,
 }
 
 #[derive(Default)]
@@ -86,6 +92,17 @@ fn wish_path(engine: &Engine) -> PathBuf {
 impl Engine {
     /// Starts a rebalance of the tree under `root` (or, running already, sets its limit).
     pub fn rebalance(self: &Arc<Self>, root: u64, max_mbps: Option<u64>) -> Result<()> {
+        self.start_job(root, max_mbps, None)
+    }
+
+    /// Starts (or, running already, sets the limit of) a run: a rebalance of `root`'s tree,
+    /// or the removal of device `removing`.
+    pub(super) fn start_job(
+        self: &Arc<Self>,
+        root: u64,
+        max_mbps: Option<u64>,
+        removing: Option<usize>,
+    ) -> Result<()> {
         if self.read_only.load(Relaxed) {
             return crate::control::refuse(libc::EROFS, "the volume is mounted read-only");
         }
@@ -94,15 +111,27 @@ impl Engine {
             r.max_mbps.store(m, Relaxed);
         }
         if r.running() {
+            let now = r.progress.lock().removing;
+            // A rebalance asked for while a removal runs just watches it.
+            if now != removing && removing.is_some() {
+                return crate::control::refuse(
+                    libc::EBUSY,
+                    match now {
+                        Some(d) => format!("device {d} is being removed: wait for it, or stop it"),
+                        None => "a rebalance runs: wait for it, or stop it".into(),
+                    },
+                );
+            }
             return Ok(());
         }
         let wish = Wish {
             root,
             max_mbps: r.max_mbps.load(Relaxed),
+            removing,
         };
         let text = serde_json::to_vec(&wish).map_err(|e| Error::Store(e.to_string()))?;
         mountcfg::edit::replace_durably(&wish_path(self), &text)?;
-        self.start_rebalance(root);
+        self.start_rebalance(root, removing);
         Ok(())
     }
 
@@ -128,7 +157,7 @@ impl Engine {
             Ok(w) if self.ns.get(w.root).is_ok() => {
                 log::info!("going on with the rebalance the last mount left unfinished");
                 self.rebalancer.max_mbps.store(w.max_mbps, Relaxed);
-                self.start_rebalance(w.root);
+                self.start_rebalance(w.root, w.removing);
             }
             _ => {
                 log::warn!(
@@ -140,13 +169,14 @@ impl Engine {
         }
     }
 
-    fn start_rebalance(self: &Arc<Self>, root: u64) {
+    fn start_rebalance(self: &Arc<Self>, root: u64, removing: Option<usize>) {
         let r = &self.rebalancer;
         r.stop.store(false, Relaxed);
         let runs_ended = r.progress.lock().runs_ended;
         *r.progress.lock() = Progress {
             state: "running".into(),
             root,
+            removing,
             max_mbps: r.max_mbps.load(Relaxed),
             runs_ended,
             ..Progress::default()
@@ -154,7 +184,7 @@ impl Engine {
         let engine = self.clone();
         let spawned = std::thread::Builder::new()
             .name("stripefs-rebalance".into())
-            .spawn(move || engine.run_rebalance(root));
+            .spawn(move || engine.run_rebalance(root, removing));
         match spawned {
             Ok(w) => *r.worker.lock() = Some(w),
             Err(e) => {
@@ -165,9 +195,16 @@ impl Engine {
         }
     }
 
-    fn run_rebalance(&self, root: u64) {
+    fn run_rebalance(&self, root: u64, removing: Option<usize>) {
         let r = &self.rebalancer;
-        let moves = self.plan_rebalance(root);
+        if let Some(Err(e)) = removing.map(|d| self.volume.drain(d)) {
+            let mut p = r.progress.lock();
+            p.state = "failed".into();
+            p.last_error = Some(e.to_string());
+            p.runs_ended += 1;
+            return;
+        }
+        let moves = self.plan_rebalance(root, removing);
         {
             let mut p = r.progress.lock();
             p.files_total = moves.len() as u64;
@@ -210,7 +247,15 @@ impl Engine {
             p.max_mbps = r.max_mbps.load(Relaxed);
         }
         let stopped = r.stop.load(Relaxed);
+        let removed = match removing {
+            Some(d) if !stopped => Some(self.finish_removal(d)),
+            _ => None,
+        };
         let mut p = r.progress.lock();
+        if let Some(Err(e)) = removed {
+            p.files_failed = p.files_failed.max(1);
+            p.last_error = Some(e.to_string());
+        }
         p.elapsed_secs = start.elapsed().as_secs_f64();
         p.eta_secs = None;
         p.runs_ended += 1;
@@ -252,9 +297,9 @@ impl Engine {
         }
     }
 
-    /// The files under `root` to restripe, the fullest devices' first: each with its size and
-    /// the layout it goes to.
-    fn plan_rebalance(&self, root: u64) -> Vec<(u64, u64, Layout)> {
+    /// The files under `root` to restripe (or, `removing` a device, every file on it), the
+    /// fullest devices' first: each with its size and the layout it goes to.
+    fn plan_rebalance(&self, root: u64, removing: Option<usize>) -> Vec<(u64, u64, Layout)> {
         let (inodes, entries) = self.ns.snapshot();
         let rings = self.volume.rings();
         let (ring, n) = self.volume.current_ring();
@@ -287,8 +332,12 @@ impl Engine {
         }
         let mut candidates: Vec<&Inode> = inodes
             .iter()
-            .filter(|i| i.kind == Kind::File && tree.contains(&i.ino))
-            .filter(|i| i.layout.is_some_and(|l| l.ring != ring))
+            .filter(|i| i.kind == Kind::File)
+            .filter(|i| match (removing, &i.layout) {
+                (Some(d), Some(l)) => rings.devices_of(l).contains(&d),
+                (None, Some(l)) => l.ring != ring && tree.contains(&i.ino),
+                (_, None) => false,
+            })
             .collect();
         let fullest = |i: &Inode| {
             let l = i.layout.unwrap();

@@ -15,6 +15,8 @@ pub const FORMAT_VERSION: u32 = 1;
 const MAGIC: &str = "stripefs";
 pub(crate) const META_DIR: &str = ".stripefs";
 const SUPERBLOCK: &str = "superblock";
+/// A removed device's superblock, kept under this name: it names the volume it left.
+const REMOVED: &str = "superblock.removed";
 const LOCK: &str = "lock";
 pub(crate) const OBJECTS: &str = "objects";
 /// Object files are spread over this many subdirectories per device.
@@ -43,6 +45,9 @@ pub struct Superblock {
     /// added after the config it was given was written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathBuf>,
+    /// Ids of devices removed from the set (their data moved off first): never used again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<u32>,
 }
 
 impl Superblock {
@@ -84,6 +89,8 @@ pub struct DeviceInfo {
     pub superblock: Superblock,
     /// Listed but gone (no directory or no superblock): a degraded mount's lost device.
     pub missing: bool,
+    /// Removed from the volume (`device remove`): a place kept for its id, holding nothing.
+    pub retired: bool,
     /// Held for the life of the mount: a second mount of the device is refused.
     pub(crate) _lock: Option<File>,
 }
@@ -219,6 +226,7 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
             generation: 0,
             rings: Vec::new(),
             paths: opts.devices.to_vec(),
+            retired: Vec::new(),
         };
         let text = serde_json::to_string_pretty(&sb).expect("superblock serialises");
         write_durably(&meta.join(SUPERBLOCK), text.as_bytes())
@@ -312,6 +320,7 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
     let mut present: Vec<(usize, PathBuf)> = Vec::with_capacity(paths.len());
     let mut found = Vec::with_capacity(paths.len());
     let mut missing: Vec<(usize, &PathBuf, String)> = Vec::new();
+    let mut removed: Vec<(&PathBuf, Superblock)> = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let why = if !path.is_dir() {
             format!("device {} is missing (no such directory)", path.display())
@@ -320,6 +329,10 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
                 Some(sb) => {
                     present.push((i, path.clone()));
                     found.push(sb);
+                    continue;
+                }
+                None if read_removed(path).is_some() => {
+                    removed.push((path, read_removed(path).unwrap()));
                     continue;
                 }
                 None => format!(
@@ -339,6 +352,22 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
     }
     let present_paths: Vec<PathBuf> = present.iter().map(|(_, p)| p.clone()).collect();
     check_same_volume(&present_paths, &found)?;
+    for (path, sb) in removed {
+        if sb.volume_uuid != found[0].volume_uuid {
+            return Err(StripeError::Devices(format!(
+                "device {} was removed from volume {}, not this one ({})",
+                path.display(),
+                sb.volume_uuid,
+                found[0].volume_uuid
+            )));
+        }
+        log::warn!(
+            "device {} was removed from the volume (it was device {}): drop it from the \
+             config's devices",
+            path.display(),
+            sb.device_index
+        );
+    }
     find_unlisted(&mut present, &mut found);
     let newest = found.iter().map(|s| s.generation).max().unwrap_or(0);
     let set = found
@@ -375,7 +404,9 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
         }
     }
     let claimed = |id: u32| found.iter().any(|s| s.device_index == id);
-    let lost: Vec<u32> = (0..set.device_count).filter(|&i| !claimed(i)).collect();
+    let lost: Vec<u32> = (0..set.device_count)
+        .filter(|&i| !claimed(i) && !set.retired.contains(&i))
+        .collect();
     if !mixed && !lost.is_empty() && !allow_missing {
         let why = missing.first().map_or_else(
             || {
@@ -411,14 +442,28 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             path,
             superblock,
             missing: false,
+            retired: false,
             _lock: Some(lock),
         });
     }
     if mixed {
         settle_interrupted_change(&mut devices, &set)?;
     }
+    // Removed devices keep their ids' places, holding nothing.
+    let set = devices[0].superblock.clone();
+    for &id in &set.retired {
+        devices.push(DeviceInfo {
+            index: id as usize,
+            listed_as: usize::MAX,
+            path: set.paths.get(id as usize).cloned().unwrap_or_default(),
+            superblock: set.as_device(id),
+            missing: true,
+            retired: true,
+            _lock: None,
+        });
+    }
     // Missing devices take the places no present device claims, in the order listed.
-    let count = devices[0].superblock.device_count;
+    let count = set.device_count;
     let claimed: Vec<usize> = devices.iter().map(|d| d.index).collect();
     let free = (0..count as usize).filter(|i| !claimed.contains(i));
     for ((listed_as, path, why), index) in missing.into_iter().zip(free) {
@@ -435,6 +480,7 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             path: path.clone(),
             superblock,
             missing: true,
+            retired: false,
             _lock: None,
         });
     }
@@ -458,7 +504,7 @@ fn find_unlisted(present: &mut Vec<(usize, PathBuf)>, found: &mut Vec<Superblock
         return;
     };
     let at_mkfs = set.rings().0[0].len() as u32;
-    for id in at_mkfs..set.device_count {
+    for id in (at_mkfs..set.device_count).filter(|i| !set.retired.contains(i)) {
         if found.iter().any(|s| s.device_index == id) {
             continue;
         }
@@ -508,7 +554,9 @@ fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -
             next.generation
         )));
     }
-    let all_here = (0..next.device_count as usize).all(|i| devices.iter().any(|d| d.index == i));
+    let all_here = (0..next.device_count)
+        .filter(|i| !next.retired.contains(i))
+        .all(|i| devices.iter().any(|d| d.index == i as usize));
     let target = if all_here { next.clone() } else { old };
     log::warn!(
         "the device set of volume {} was being changed when the daemon stopped: {} it \
@@ -518,6 +566,14 @@ fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -
         target.generation
     );
     devices.retain(|d| (d.index as u32) < target.device_count);
+    // A removal cut short after the others' superblocks: the removed device lets go.
+    for d in devices
+        .iter()
+        .filter(|d| target.retired.contains(&(d.index as u32)))
+    {
+        retire_superblock(&d.path).map_err(|e| io_err(d.index, &d.path, e))?;
+    }
+    devices.retain(|d| !target.retired.contains(&(d.index as u32)));
     for d in devices.iter_mut() {
         if d.superblock != target.as_device(d.index as u32) {
             let sb = target.as_device(d.index as u32);
@@ -572,8 +628,23 @@ pub(crate) fn join(path: &Path, sb: &Superblock, listed_as: usize) -> Result<Dev
         path: path.to_path_buf(),
         superblock: sb.clone(),
         missing: false,
+        retired: false,
         _lock: Some(lock),
     })
+}
+
+/// The superblock a removed device keeps, naming the volume it left.
+fn read_removed(path: &Path) -> Option<Superblock> {
+    let bytes = fs::read(path.join(META_DIR).join(REMOVED)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Takes a removed device out of the volume for good: its superblock is kept under another
+/// name, so no mount takes it for a member again (and a later `device add` may reuse it).
+pub(crate) fn retire_superblock(device: &Path) -> std::io::Result<()> {
+    let meta = device.join(META_DIR);
+    fs::rename(meta.join(SUPERBLOCK), meta.join(REMOVED))?;
+    File::open(&meta)?.sync_all()
 }
 
 /// Writes a device's superblock durably (a whole new file renamed over the old).

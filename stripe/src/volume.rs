@@ -50,6 +50,8 @@ struct Health {
 #[derive(Clone, Debug)]
 pub struct DeviceHealth {
     pub failed: bool,
+    /// Removed from the volume: its id stays taken, nothing is on it.
+    pub removed: bool,
     pub read_errors: u64,
     pub write_errors: u64,
     pub faults: usize,
@@ -84,9 +86,15 @@ struct Device {
     objects: Option<OwnedFd>,
     /// Its files live in memory, so its buffered I/O runs on the submitting thread.
     ram_backed: bool,
+    /// Removed from the set (at mount, or since): its id's place holds nothing.
+    removed: AtomicBool,
 }
 
 impl Device {
+    fn removed(&self) -> bool {
+        self.removed.load(Relaxed)
+    }
+
     fn new(info: DeviceInfo) -> Result<Device> {
         let objects = match info.missing {
             true => None,
@@ -106,6 +114,7 @@ impl Device {
                 dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ info.index as u64),
             },
             ram_backed: ram_backed(&info.path),
+            removed: AtomicBool::new(info.retired),
             objects,
             info,
         })
@@ -154,6 +163,11 @@ impl DeviceSet {
         self.places[..self.len()].iter().filter_map(|p| p.get())
     }
 
+    /// The devices in the set (not removed), by id.
+    fn members(&self) -> impl Iterator<Item = (usize, &Device)> {
+        self.iter().enumerate().filter(|(_, d)| !d.removed())
+    }
+
     fn io_err(&self, device: usize, source: io::Error) -> StripeError {
         StripeError::Io {
             index: device,
@@ -170,7 +184,7 @@ impl DeviceSet {
     /// failed (its I/O fails with EIO from then on). Returns the devices newly failed.
     fn check_devices(&self) -> Vec<usize> {
         let mut newly = Vec::new();
-        for (i, dev) in self.iter().enumerate() {
+        for (i, dev) in self.members() {
             let (d, h) = (&dev.info, &dev.health);
             if h.failed.load(Relaxed) {
                 continue;
@@ -501,8 +515,9 @@ impl Volume {
     pub fn health(&self) -> Vec<DeviceHealth> {
         self.set
             .iter()
-            .map(|d| &d.health)
-            .map(|h| DeviceHealth {
+            .map(|d| (d.removed(), &d.health))
+            .map(|(removed, h)| DeviceHealth {
+                removed,
                 failed: h.failed.load(Relaxed),
                 read_errors: h.read_errors.load(Relaxed),
                 write_errors: h.write_errors.load(Relaxed),
@@ -539,7 +554,7 @@ impl Volume {
     pub fn missing(&self) -> Vec<usize> {
         self.set
             .iter()
-            .filter(|d| d.info.missing)
+            .filter(|d| d.info.missing && !d.removed())
             .map(|d| d.info.index)
             .collect()
     }
@@ -662,6 +677,10 @@ impl Volume {
         let slot = objs.files.get(device).unwrap_or(&unkept);
         if let Some(f) = slot.get() {
             return Ok(Some(f.clone()));
+        }
+        // A removed device holds nothing (the files moved off it before it left).
+        if self.set.dev(device).removed() && !create {
+            return Ok(None);
         }
         let create = if create { libc::O_CREAT } else { 0 };
         let Some(dir) = self.set.dev(device).objects.as_ref() else {
@@ -977,7 +996,7 @@ impl Volume {
 
     /// syncfs(2) on every device: everything written so far is durable.
     pub fn sync_all(&self) -> Result<()> {
-        for (dev, d) in self.set.iter().enumerate() {
+        for (dev, d) in self.set.members() {
             let f = File::open(&d.info.path).map_err(|e| self.io_err(dev, e))?;
             // SAFETY: plain syscall on an owned descriptor.
             if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
@@ -1040,7 +1059,7 @@ impl Volume {
     /// Every object file on every device (for fsck).
     pub fn list_objects(&self) -> Result<Vec<ObjectInfo>> {
         let mut out = Vec::new();
-        for (dev, d) in self.set.iter().enumerate() {
+        for (dev, d) in self.set.members() {
             let root = d.info.path.join(META_DIR).join(OBJECTS);
             for fan in 0..FANOUT {
                 let dir = root.join(format!("{fan:02x}"));

@@ -1,11 +1,15 @@
-//! Devices joining a mounted volume. The device set is versioned: the new device's
-//! superblock is written first, then every other device's, each naming the next generation;
-//! only then do new files go on the new ring. A crash in between leaves superblocks of two
-//! generations, which the next mount settles (see `device::open_devices`): forward when the
-//! new device is there, else back, and no file was laid on the new ring either way.
+//! Devices joining and leaving a mounted volume. The device set is versioned: each change
+//! writes the next generation to every device's superblock (a joining device's first), and
+//! only then does I/O follow it. A crash in between leaves superblocks of two generations,
+//! which the next mount settles (see `device::open_devices`): forward when every device of
+//! the new set is there, else back; no file depends on the new set before every superblock
+//! has it.
+//!
+//! A device leaves in two steps: `drain` adds a ring without it (new files avoid it, and the
+//! caller moves every file off it), then `retire` drops it from the set once nothing is on it.
 
 use super::*;
-use crate::device::{join, write_superblock, Superblock};
+use crate::device::{join, retire_superblock, write_superblock, Superblock};
 use std::os::unix::fs::MetadataExt;
 
 impl Volume {
@@ -13,18 +17,7 @@ impl Volume {
     /// id. Files keep their layouts; new files go on a ring that holds the new device.
     pub fn add_device(&self, path: &Path) -> Result<usize> {
         let mut set_sb = self.descriptor.lock();
-        if let Some(d) = self
-            .set
-            .iter()
-            .find(|d| d.info.missing || d.health.failed.load(Relaxed))
-        {
-            return Err(StripeError::Devices(format!(
-                "device {} ({}) has failed or is missing: the device set does not change \
-                 until it is replaced",
-                d.info.index,
-                d.info.path.display()
-            )));
-        }
+        self.all_healthy()?;
         let id = self.set.len();
         if id >= MAX_DEVICES {
             return Err(StripeError::Devices(format!(
@@ -40,7 +33,7 @@ impl Volume {
             (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
             _ => false,
         };
-        if let Some(d) = self.set.iter().find(|d| same(&d.info.path, &path)) {
+        if let Some((_, d)) = self.set.members().find(|(_, d)| same(&d.info.path, &path)) {
             return Err(StripeError::Devices(format!(
                 "{} is already device {} of this volume",
                 path.display(),
@@ -63,14 +56,7 @@ impl Volume {
         faultpoint::fail::fail_point!("device.add-joined", |arg| Err(
             self.io_err(id, faultpoint::injected("device.add-joined", arg))
         ));
-        for d in self.set.iter() {
-            let i = d.info.index;
-            write_superblock(&d.info.path, &next.as_device(i as u32))
-                .map_err(|e| self.io_err(i, e))?;
-            faultpoint::fail::fail_point!("device.add-superblock", |arg| Err(
-                self.io_err(i, faultpoint::injected("device.add-superblock", arg))
-            ));
-        }
+        self.write_set(&next, "device.add-superblock")?;
         let device = Device::new(info)?;
         if let Some(dir) = &device.objects {
             self.max_object_len
@@ -87,6 +73,144 @@ impl Volume {
         );
         *set_sb = next;
         Ok(id)
+    }
+
+    /// Refuses a change of the set while a member has failed or is missing.
+    fn all_healthy(&self) -> Result<()> {
+        match self
+            .set
+            .iter()
+            .find(|d| !d.removed() && (d.info.missing || d.health.failed.load(Relaxed)))
+        {
+            Some(d) => Err(StripeError::Devices(format!(
+                "device {} ({}) has failed or is missing: the device set does not change \
+                 until it is replaced",
+                d.info.index,
+                d.info.path.display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the set's next generation to every member's superblock.
+    fn write_set(
+        &self,
+        next: &Superblock,
+        #[allow(unused_variables)] point: &'static str, // a fault point's name
+    ) -> Result<()> {
+        for d in self.set.iter().filter(|d| !d.removed()) {
+            let i = d.info.index;
+            write_superblock(&d.info.path, &next.as_device(i as u32))
+                .map_err(|e| self.io_err(i, e))?;
+            faultpoint::fail::fail_point!(point, |arg| Err(
+                self.io_err(i, faultpoint::injected(point, arg))
+            ));
+        }
+        Ok(())
+    }
+
+    /// A member of the set, by id (not removed).
+    fn member(&self, id: usize) -> Result<&Device> {
+        match self.set.places.get(id).and_then(|p| p.get()) {
+            Some(d) if id < self.set.len() && !d.removed() => Ok(d),
+            _ => Err(StripeError::Devices(format!(
+                "the volume has no device {id} (its devices: {})",
+                self.set
+                    .iter()
+                    .filter(|d| !d.removed())
+                    .map(|d| d.info.index.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// First step of a removal: new files go on a ring without device `id` (when the
+    /// current ring has it). The caller then moves every file off it, and `retire`s it.
+    pub fn drain(&self, id: usize) -> Result<()> {
+        let mut set_sb = self.descriptor.lock();
+        self.member(id)?;
+        self.all_healthy()?;
+        let rings = set_sb.rings();
+        let current = rings.ring(rings.current()).unwrap_or(&[]);
+        if !current.contains(&(id as u32)) {
+            return Ok(());
+        }
+        if current.len() == 1 {
+            return Err(StripeError::Devices(
+                "the volume's last device cannot be removed".into(),
+            ));
+        }
+        let mut next_rings = rings.0.clone();
+        next_rings.push(
+            current
+                .iter()
+                .copied()
+                .filter(|&d| d != id as u32)
+                .collect(),
+        );
+        let next = Superblock {
+            generation: set_sb.generation + 1,
+            rings: next_rings,
+            ..set_sb.clone()
+        };
+        self.write_set(&next, "device.remove-superblock")?;
+        *self.rings.write() = Arc::new(next.rings());
+        log::info!(
+            "device {id}: new files avoid it (generation {})",
+            next.generation
+        );
+        *set_sb = next;
+        Ok(())
+    }
+
+    /// Last step of a removal: device `id`, which no file uses any more (the caller checked,
+    /// holding whatever keeps new files off it), leaves the set for good.
+    pub fn retire(&self, id: usize) -> Result<()> {
+        let mut set_sb = self.descriptor.lock();
+        let dev = self.member(id)?;
+        let rings = set_sb.rings();
+        if rings
+            .ring(rings.current())
+            .unwrap_or(&[])
+            .contains(&(id as u32))
+        {
+            return Err(StripeError::Devices(format!(
+                "device {id} is still in the ring new files use: drain it first"
+            )));
+        }
+        let mut retired = set_sb.retired.clone();
+        retired.push(id as u32);
+        let next = Superblock {
+            generation: set_sb.generation + 1,
+            retired,
+            ..set_sb.clone()
+        };
+        // The others first: a crash before the device lets go is finished at mount.
+        for d in self
+            .set
+            .iter()
+            .filter(|d| !d.removed() && d.info.index != id)
+        {
+            let i = d.info.index;
+            write_superblock(&d.info.path, &next.as_device(i as u32))
+                .map_err(|e| self.io_err(i, e))?;
+            faultpoint::fail::fail_point!("device.remove-superblock", |arg| Err(
+                self.io_err(i, faultpoint::injected("device.remove-superblock", arg))
+            ));
+        }
+        retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e))?;
+        dev.health.failed.store(true, Relaxed);
+        dev.removed.store(true, Relaxed);
+        self.open.clear();
+        log::info!(
+            "device {id} ({}) left volume {} (generation {})",
+            dev.info.path.display(),
+            self.uuid,
+            next.generation
+        );
+        *set_sb = next;
+        Ok(())
     }
 }
 
