@@ -9,51 +9,51 @@ use toml_edit::{Array, DocumentMut, Item, Value};
 
 /// Appends `device` to `[volume] devices` of the config at `path`, unless it is listed.
 pub fn add_device(path: &Path, device: &Path) -> Result<(), String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    let mut doc: DocumentMut = text
-        .parse()
-        .map_err(|e| format!("{shown}: not valid TOML any more ({e})"))?;
     let device = device
         .to_str()
         .ok_or_else(|| format!("{}: the path is not UTF-8", device.display()))?;
-    let devices = doc
-        .get_mut("volume")
-        .and_then(Item::as_table_like_mut)
-        .and_then(|v| v.get_mut("devices"))
-        .and_then(Item::as_value_mut)
-        .and_then(Value::as_array_mut)
-        .ok_or_else(|| format!("{shown}: no `devices` list in [volume]"))?;
-    if devices.iter().any(|d| d.as_str() == Some(device)) {
-        return Ok(());
-    }
-    push_like_the_others(devices, device);
-    replace_durably(path, doc.to_string().as_bytes()).map_err(|e| format!("{shown}: {e}"))
+    edit_devices(path, |devices| {
+        if devices.iter().any(|d| d.as_str() == Some(device)) {
+            return false;
+        }
+        push_like_the_others(devices, device);
+        true
+    })
 }
 
 /// Drops `device` from `[volume] devices` of the config at `path` (a device removed).
 pub fn remove_device(path: &Path, device: &Path) -> Result<(), String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    let mut doc: DocumentMut = text
-        .parse()
-        .map_err(|e| format!("{shown}: not valid TOML any more ({e})"))?;
-    let devices = doc
-        .get_mut("volume")
-        .and_then(Item::as_table_like_mut)
-        .and_then(|v| v.get_mut("devices"))
-        .and_then(Item::as_value_mut)
-        .and_then(Value::as_array_mut)
-        .ok_or_else(|| format!("{shown}: no `devices` list in [volume]"))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let same = |d: &str| {
         let p = base.join(d);
         p == device || p.canonicalize().is_ok_and(|p| p == device)
     };
-    let Some(at) = devices.iter().position(|d| d.as_str().is_some_and(same)) else {
+    edit_devices(path, |devices| {
+        let at = devices.iter().position(|d| d.as_str().is_some_and(same));
+        if let Some(at) = at {
+            devices.remove(at);
+        }
+        at.is_some()
+    })
+}
+
+/// Runs `change` on the config's device list; writes the file back if it says it changed.
+fn edit_devices(path: &Path, change: impl FnOnce(&mut Array) -> bool) -> Result<(), String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{shown}: not valid TOML any more ({e})"))?;
+    let devices = doc
+        .get_mut("volume")
+        .and_then(Item::as_table_like_mut)
+        .and_then(|v| v.get_mut("devices"))
+        .and_then(Item::as_value_mut)
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| format!("{shown}: no `devices` list in [volume]"))?;
+    if !change(devices) {
         return Ok(());
-    };
-    devices.remove(at);
+    }
     replace_durably(path, doc.to_string().as_bytes()).map_err(|e| format!("{shown}: {e}"))
 }
 

@@ -207,13 +207,7 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
         if meta.exists() {
             fs::remove_dir_all(&meta).map_err(|e| io_err(index, path, e))?;
         }
-        let mut builder = fs::DirBuilder::new();
-        builder.mode(0o700).recursive(true);
-        for fan in 0..FANOUT {
-            builder
-                .create(meta.join(OBJECTS).join(format!("{fan:02x}")))
-                .map_err(|e| io_err(index, path, e))?;
-        }
+        make_object_dirs(index, path)?;
         let sb = Superblock {
             magic: MAGIC.into(),
             format_version: FORMAT_VERSION,
@@ -228,11 +222,22 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
             paths: opts.devices.to_vec(),
             retired: Vec::new(),
         };
-        let text = serde_json::to_string_pretty(&sb).expect("superblock serialises");
-        write_durably(&meta.join(SUPERBLOCK), text.as_bytes())
-            .map_err(|e| io_err(index, path, e))?;
+        write_superblock(path, &sb).map_err(|e| io_err(index, path, e))?;
     }
     Ok(uuid)
+}
+
+/// The metadata directory of device `index` at `path`, with its object fan-out.
+fn make_object_dirs(index: usize, path: &Path) -> Result<()> {
+    let objects = path.join(META_DIR).join(OBJECTS);
+    let mut builder = fs::DirBuilder::new();
+    builder.mode(0o700).recursive(true);
+    for fan in 0..FANOUT {
+        builder
+            .create(objects.join(format!("{fan:02x}")))
+            .map_err(|e| io_err(index, path, e))?;
+    }
+    Ok(())
 }
 
 fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -612,14 +617,7 @@ pub(crate) fn join(path: &Path, sb: &Superblock, listed_as: usize) -> Result<Dev
         }
         None => {}
     }
-    let meta = path.join(META_DIR);
-    let mut builder = fs::DirBuilder::new();
-    builder.mode(0o700).recursive(true);
-    for fan in 0..FANOUT {
-        builder
-            .create(meta.join(OBJECTS).join(format!("{fan:02x}")))
-            .map_err(|e| io_err(index, path, e))?;
-    }
+    make_object_dirs(index, path)?;
     let lock = lock_device(index, path)?;
     write_superblock(path, sb).map_err(|e| io_err(index, path, e))?;
     Ok(DeviceInfo {
