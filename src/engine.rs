@@ -424,6 +424,9 @@ pub struct LayoutInfo {
     pub size: u64,
     /// Directories: whether the layout is set here or inherited.
     pub inherited: bool,
+    /// Directories: the width is the volume's default of all devices, so it follows devices
+    /// added (the config sets no `width`, and no directory above sets a layout).
+    pub width_follows_devices: bool,
     pub objects: Vec<ObjectShare>,
 }
 
@@ -1294,6 +1297,9 @@ impl Engine {
             device_indices,
             size: inode.size,
             inherited,
+            width_follows_devices: inherited
+                && self.config.volume.width.is_none()
+                && layout == self.volume_layout(),
             objects,
         })
     }

@@ -96,6 +96,8 @@ fn a_device_added_online_takes_new_files_and_old_files_stay() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    let root = stripefs_ok(&["layout", "get", v.mnt_str()]);
+    assert!(root.contains("width=4") && root.contains("as devices are added"), "{root}");
     let new = fill(&v, &["n1", "n2"], 2);
     for (name, _) in &new {
         let mut devs = devices_of(&v.path(name));

@@ -88,10 +88,14 @@ pub fn layout(action: LayoutAction) -> Result<()> {
                 mountcfg::format_size(info["stripe_size"].as_u64().unwrap_or(0)),
                 info["width"],
                 info["first_device"],
-                if info["inherited"].as_bool() == Some(true) {
-                    " (inherited)"
-                } else {
-                    ""
+                match (
+                    info["inherited"].as_bool(),
+                    info["width_follows_devices"].as_bool()
+                ) {
+                    (_, Some(true)) =>
+                        " (the volume's default: every device, as devices are added)",
+                    (Some(true), _) => " (inherited)",
+                    _ => "",
                 }
             );
             if let Some(objects) = info["objects"].as_array() {
