@@ -438,7 +438,11 @@ impl Engine {
         mountpoint: &Path,
         cache_reset: CacheReset,
     ) -> Result<Engine> {
-        let mut volume = Volume::open_with(&config.volume.devices, config.mount.degraded)?;
+        let mut volume = Volume::open_with(
+            &config.volume.devices,
+            config.mount.degraded,
+            !config.mount.read_only && !config.mount.degraded,
+        )?;
         if config.mount.degraded && config.volume.meta.is_none() {
             let first = volume.missing().contains(&0);
             if first {
@@ -488,8 +492,22 @@ impl Engine {
                 volume.uuid()
             )));
         }
+        // The namespace and the devices must be of one time: devices older than the
+        // namespace lost the changes of their set the namespace saw.
+        let (ns_gen, dev_gen) = (ns.device_generation()?, volume.generation());
+        if ns_gen > dev_gen {
+            return Err(Error::Usage(format!(
+                "the devices are at generation {dev_gen} of their device set, but the \
+                 namespace store {} saw generation {ns_gen}: the devices are older copies \
+                 (restored from a backup?) than the namespace",
+                ns_path.display()
+            )));
+        }
         if !read_only {
             ns.reap_orphans()?;
+            if ns_gen < dev_gen {
+                ns.set_device_generation(dev_gen)?;
+            }
         }
         let (inodes, _) = ns.snapshot();
         // A layout naming a ring the devices do not have would send I/O nowhere: the

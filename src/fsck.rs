@@ -37,7 +37,7 @@ impl Report {
 /// be checked (a device or the namespace store cannot be opened, or is damaged past reading).
 /// Without `repair` nothing on the volume is written.
 pub fn check(config: &mountcfg::Config, repair: bool) -> Result<Report> {
-    let volume = Volume::open(&config.volume.devices)?;
+    let volume = Volume::open_with(&config.volume.devices, false, repair)?;
     let ns_path = namespace_path(config);
     // Either way every checksum of the store is verified first; without --repair its writes
     // (a recovery after a crash) stay in memory.
@@ -258,6 +258,18 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
                 false,
             );
         }
+        if let Some(e) = i.layout.and_then(|l| volume.validate(&l).err()) {
+            // Its objects are left alone: which ones are its data the layout cannot say.
+            problem(
+                "bad-layout",
+                format!(
+                    "inode {} has a layout the devices cannot hold ({e}): a namespace that \
+                     does not go with these devices (older devices, or a newer namespace?)",
+                    i.ino
+                ),
+                false,
+            );
+        }
     }
 
     // Objects against the files that own them.
@@ -303,7 +315,9 @@ fn pass(volume: &Volume, ns: &Namespace, repair: bool, report: &mut Report) -> R
             continue;
         };
         seen.insert(o.ino);
-        let Some(layout) = owner.layout else { continue };
+        let Some(layout) = owner.layout.filter(|l| volume.validate(l).is_ok()) else {
+            continue;
+        };
         let Some(slot) = volume.slot_of_device(&layout, o.device) else {
             if repair {
                 volume.remove_from(o.device, o.ino)?;

@@ -97,7 +97,10 @@ fn a_device_added_online_takes_new_files_and_old_files_stay() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let root = stripefs_ok(&["layout", "get", v.mnt_str()]);
-    assert!(root.contains("width=4") && root.contains("as devices are added"), "{root}");
+    assert!(
+        root.contains("width=4") && root.contains("as devices are added"),
+        "{root}"
+    );
     let new = fill(&v, &["n1", "n2"], 2);
     for (name, _) in &new {
         let mut devs = devices_of(&v.path(name));
@@ -429,4 +432,44 @@ fn a_removal_killed_at_each_step_loses_nothing() {
         v.umount();
         v.assert_fsck_clean(&what);
     }
+}
+
+/// Devices older than the namespace (their superblocks from before an add, as a restore from
+/// a backup would leave them) are refused, named, not mounted with a namespace that does not
+/// go with them.
+#[test]
+fn devices_older_than_the_namespace_are_refused() {
+    let mut v = TestVolume::new(2, "64K", "");
+    let superblock = |d: &Path| d.join(".stripefs/superblock");
+    let before: Vec<Vec<u8>> = v
+        .devices
+        .iter()
+        .map(|d| std::fs::read(superblock(d)).unwrap())
+        .collect();
+    v.mount();
+    let d2 = new_device(&v, "d2");
+    stripefs_ok(&["device", "add", v.mnt_str(), d2.to_str().unwrap()]);
+    v.umount();
+    for (d, old) in v.devices.iter().zip(&before) {
+        std::fs::write(superblock(d), old).unwrap();
+    }
+    std::fs::remove_dir_all(&d2).unwrap();
+    std::fs::write(
+        &v.config,
+        std::fs::read_to_string(&v.config).unwrap().replace(
+            &format!(
+                ", \"{}\"",
+                d2.canonicalize().unwrap_or(d2.clone()).display()
+            ),
+            "",
+        ),
+    )
+    .unwrap();
+    let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    assert!(
+        !out.status.success(),
+        "mounted devices older than the namespace"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("older copies"), "{err}");
 }

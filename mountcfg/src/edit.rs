@@ -84,19 +84,26 @@ fn push_like_the_others(list: &mut Array, item: &str) {
 }
 
 /// Replaces (or makes) the file at `path` with `bytes` so that a crash leaves the old
-/// contents or the new: written beside it, synced, renamed over it, the directory synced.
+/// contents or the new: written to a fresh file beside it (created exclusively, never
+/// through a link someone planted), synced, renamed over it, the directory synced. Its
+/// mode and owner stay.
 pub fn replace_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::MetadataExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     let dir = dir.unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.stripefs-new"));
-    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode());
-    let mut f = std::fs::File::create(&tmp)?;
-    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    let old = std::fs::metadata(path).ok();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".stripefs-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(
+            old.as_ref().map_or(0o600, |m| m.mode() & 0o7777),
+        ))
+        .tempfile_in(dir)?;
+    if let Some(m) = &old {
+        std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()))?;
+    }
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     std::fs::File::open(dir)?.sync_all()
 }
 

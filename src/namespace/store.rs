@@ -270,6 +270,28 @@ impl Namespace {
         self.set_meta_durably("clean", &[u8::from(clean)])
     }
 
+    /// The generation of the device set the namespace last saw (0 before devices could
+    /// change).
+    pub fn device_generation(&self) -> Result<u64> {
+        guarded(&self.path, || {
+            let tx = self.db.read().begin_read()?;
+            let meta = tx.open_table(META)?;
+            Ok(match meta.get("device_generation")? {
+                Some(v) => {
+                    v.value().try_into().map(u64::from_le_bytes).map_err(|_| {
+                        Error::Store("bad device generation in the namespace".into())
+                    })?
+                }
+                None => 0,
+            })
+        })
+    }
+
+    /// Records durably the device set's generation the namespace goes with.
+    pub fn set_device_generation(&self, generation: u64) -> Result<()> {
+        self.set_meta_durably("device_generation", &generation.to_le_bytes())
+    }
+
     pub fn cache_binding(&self) -> Result<CacheBinding> {
         let tx = self.db.read().begin_read()?;
         let meta = tx.open_table(META)?;

@@ -24,7 +24,19 @@ impl Engine {
                 "the volume is mounted read-only: its device set does not change",
             );
         }
+        // Named by a path through the mount itself, the daemon would wait on its own
+        // requests (and store a device inside the volume): refused before it is looked at.
+        if path.starts_with(&self.mountpoint) {
+            return refuse(
+                libc::EINVAL,
+                format!(
+                    "{} is inside the volume itself; a device is a directory on a disk",
+                    path.display()
+                ),
+            );
+        }
         let id = self.volume.add_device(path)?;
+        self.note_generation();
         let path = self.volume.device_path(id).to_path_buf();
         // Not fatal: the device set records where the device is, and mount finds it there.
         if let Err(e) = mountcfg::edit::add_device(&self.config.source, &path) {
@@ -35,6 +47,16 @@ impl Engine {
             );
         }
         Ok(id)
+    }
+}
+
+impl Engine {
+    /// The namespace keeps up with the device set's generation (a failure is only logged:
+    /// the next mount records it).
+    pub(crate) fn note_generation(&self) {
+        if let Err(e) = self.ns.set_device_generation(self.volume.generation()) {
+            log::error!("the namespace could not record the device set's generation: {e}");
+        }
     }
 }
 
@@ -163,6 +185,7 @@ impl Engine {
         }
         let path = self.volume.device_path(id).to_path_buf();
         self.volume.retire(id)?;
+        self.note_generation();
         if let Err(e) = mountcfg::edit::remove_device(&self.config.source, &path) {
             log::error!(
                 "device {id} ({}) left the volume, but the config was not updated: {e}; drop \

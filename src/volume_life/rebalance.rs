@@ -197,7 +197,11 @@ impl Engine {
 
     fn run_rebalance(&self, root: u64, removing: Option<usize>) {
         let r = &self.rebalancer;
-        if let Some(Err(e)) = removing.map(|d| self.volume.drain(d)) {
+        let drained = removing.map(|d| self.volume.drain(d));
+        if drained.is_some() {
+            self.note_generation();
+        }
+        if let Some(Err(e)) = drained {
             let mut p = r.progress.lock();
             p.state = "failed".into();
             p.last_error = Some(e.to_string());

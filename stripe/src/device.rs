@@ -48,6 +48,11 @@ pub struct Superblock {
     /// Ids of devices removed from the set (their data moved off first): never used again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<u32>,
+    /// Written while the set changes to this generation, cleared once every device has it:
+    /// a device a generation behind others that are no longer pending is an old copy, not
+    /// a change cut short.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 impl Superblock {
@@ -221,6 +226,7 @@ pub fn format(opts: &FormatOptions) -> Result<Uuid> {
             rings: Vec::new(),
             paths: opts.devices.to_vec(),
             retired: Vec::new(),
+            pending: false,
         };
         write_superblock(path, &sb).map_err(|e| io_err(index, path, e))?;
     }
@@ -318,7 +324,13 @@ pub fn first_device(paths: &[PathBuf]) -> Option<&PathBuf> {
 /// gone, undone) here, so the volume mounts as before the change or as after it. With
 /// `allow_missing` (a degraded mount), devices whose directory or superblock is gone are
 /// returned as `missing` in the places no present device claims.
-pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec<DeviceInfo>> {
+/// With `may_write` false (a read-only mount, fsck without --repair) a change cut short is
+/// settled in memory only.
+pub(crate) fn open_devices(
+    paths: &[PathBuf],
+    allow_missing: bool,
+    may_write: bool,
+) -> Result<Vec<DeviceInfo>> {
     if paths.is_empty() {
         return Err(StripeError::Devices("no devices given".into()));
     }
@@ -355,6 +367,11 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             _ => "none of the listed devices holds a stripefs volume: nothing to mount".into(),
         }));
     }
+    if let Some((_, _, why)) = missing.first().filter(|_| !allow_missing) {
+        return Err(StripeError::Devices(format!(
+            "{why}. A volume with a device lost can be mounted read-only with --degraded"
+        )));
+    }
     let present_paths: Vec<PathBuf> = present.iter().map(|(_, p)| p.clone()).collect();
     check_same_volume(&present_paths, &found)?;
     for (path, sb) in removed {
@@ -373,7 +390,11 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             sb.device_index
         );
     }
-    find_unlisted(&mut present, &mut found);
+    // Only when every listed device is there: a recorded path may hold a stale copy of a
+    // device the config now lists elsewhere.
+    if missing.is_empty() {
+        find_unlisted(&mut present, &mut found);
+    }
     let newest = found.iter().map(|s| s.generation).max().unwrap_or(0);
     let set = found
         .iter()
@@ -451,8 +472,8 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             _lock: Some(lock),
         });
     }
-    if mixed {
-        settle_interrupted_change(&mut devices, &set)?;
+    if mixed || devices.iter().any(|d| d.superblock.pending) {
+        settle_interrupted_change(&mut devices, &set, may_write)?;
     }
     // Removed devices keep their ids' places, holding nothing.
     let set = devices[0].superblock.clone();
@@ -471,12 +492,14 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
     let count = set.device_count;
     let claimed: Vec<usize> = devices.iter().map(|d| d.index).collect();
     let free = (0..count as usize).filter(|i| !claimed.contains(i));
-    for ((listed_as, path, why), index) in missing.into_iter().zip(free) {
-        if !allow_missing {
+    let mut free = free.collect::<Vec<_>>().into_iter();
+    for (listed_as, path, why) in missing {
+        let Some(index) = free.next() else {
             return Err(StripeError::Devices(format!(
-                "{why}. A volume with a device lost can be mounted read-only with --degraded"
+                "{why}; and the volume has no device it could stand for: drop it from the \
+                 config's devices"
             )));
-        }
+        };
         log::error!("DEVICE MISSING: {why}; mounted degraded as device {index}");
         let superblock = devices[0].superblock.as_device(index as u32);
         devices.push(DeviceInfo {
@@ -488,6 +511,26 @@ pub(crate) fn open_devices(paths: &[PathBuf], allow_missing: bool) -> Result<Vec
             retired: false,
             _lock: None,
         });
+    }
+    // Lost devices the config does not list (added since it was written): found by id.
+    if allow_missing {
+        for index in free {
+            let path = set.paths.get(index).cloned().unwrap_or_default();
+            log::error!(
+                "DEVICE MISSING: device {index} (last at {}) is not in the config nor where it \
+                 was added; mounted degraded without it",
+                path.display()
+            );
+            devices.push(DeviceInfo {
+                index,
+                listed_as: usize::MAX,
+                superblock: set.as_device(index as u32),
+                path,
+                missing: true,
+                retired: false,
+                _lock: None,
+            });
+        }
     }
     devices.sort_by_key(|d| d.index);
     if devices.len() != count as usize || devices.iter().enumerate().any(|(i, d)| d.index != i) {
@@ -538,18 +581,41 @@ fn find_unlisted(present: &mut Vec<(usize, PathBuf)>, found: &mut Vec<Superblock
 /// generation written, some not): forward when every device of the new set is here, else
 /// back to the old set, which is safe because no file is laid on the new ring before every
 /// superblock has it. A device two generations behind is not a change cut short: refused.
-fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -> Result<()> {
+fn settle_interrupted_change(
+    devices: &mut Vec<DeviceInfo>,
+    next: &Superblock,
+    may_write: bool,
+) -> Result<()> {
+    let write = |d: &DeviceInfo, sb: &Superblock| match may_write {
+        true => write_superblock(&d.path, sb).map_err(|e| io_err(d.index, &d.path, e)),
+        false => Ok(()),
+    };
     let Some(old) = devices
         .iter()
         .map(|d| d.superblock.clone())
         .find(|s| s.generation < next.generation)
     else {
+        // Every device has the generation: only its commit was cut short.
+        let done = Superblock {
+            pending: false,
+            ..next.clone()
+        };
+        for d in devices.iter_mut() {
+            let sb = done.as_device(d.index as u32);
+            write(d, &sb)?;
+            d.superblock = sb;
+        }
         return Ok(());
     };
-    if let Some(stale) = devices
+    // Some device has the new generation committed: the change was finished, and a device
+    // behind it is an old copy.
+    let committed = devices
         .iter()
-        .find(|d| d.superblock.generation + 1 < next.generation)
-    {
+        .any(|d| d.superblock.generation == next.generation && !d.superblock.pending);
+    if let Some(stale) = devices.iter().find(|d| {
+        d.superblock.generation + 1 < next.generation
+            || (committed && d.superblock.generation < next.generation)
+    }) {
         return Err(StripeError::Devices(format!(
             "device {} is at generation {} of volume {}, the others at {}: it is an old copy \
              (restored from a backup?), not the device the volume now holds",
@@ -562,7 +628,10 @@ fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -
     let all_here = (0..next.device_count)
         .filter(|i| !next.retired.contains(i))
         .all(|i| devices.iter().any(|d| d.index == i as usize));
-    let target = if all_here { next.clone() } else { old };
+    let target = Superblock {
+        pending: false,
+        ..if all_here { next.clone() } else { old }
+    };
     log::warn!(
         "the device set of volume {} was being changed when the daemon stopped: {} it \
          (generation {})",
@@ -574,7 +643,7 @@ fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -
     // A removal cut short after the others' superblocks: the removed device lets go.
     for d in devices
         .iter()
-        .filter(|d| target.retired.contains(&(d.index as u32)))
+        .filter(|d| target.retired.contains(&(d.index as u32)) && may_write)
     {
         retire_superblock(&d.path).map_err(|e| io_err(d.index, &d.path, e))?;
     }
@@ -582,7 +651,7 @@ fn settle_interrupted_change(devices: &mut Vec<DeviceInfo>, next: &Superblock) -
     for d in devices.iter_mut() {
         if d.superblock != target.as_device(d.index as u32) {
             let sb = target.as_device(d.index as u32);
-            write_superblock(&d.path, &sb).map_err(|e| io_err(d.index, &d.path, e))?;
+            write(d, &sb)?;
             d.superblock = sb;
         }
     }
@@ -668,7 +737,7 @@ mod tests {
     }
 
     fn open_devices_test(paths: &[PathBuf]) -> Result<Vec<DeviceInfo>> {
-        open_devices(paths, false)
+        open_devices(paths, false, true)
     }
 
     #[test]
@@ -677,10 +746,11 @@ mod tests {
         fmt(&paths, false).unwrap();
         let gone = root.path().join("d1.gone");
         fs::rename(&paths[1], &gone).unwrap();
-        let e = open_devices(&paths, false).unwrap_err().to_string();
+        let e = open_devices(&paths, false, true).unwrap_err().to_string();
         assert!(e.contains("is missing") && e.contains("--degraded"), "{e}");
         let devs = open_devices(
             &[paths[2].clone(), paths[1].clone(), paths[0].clone()],
+            true,
             true,
         )
         .unwrap();
@@ -698,7 +768,7 @@ mod tests {
         // Not one device left: nothing to mount.
         fs::rename(&paths[0], root.path().join("d0.gone")).unwrap();
         fs::rename(&paths[2], root.path().join("d2.gone")).unwrap();
-        let e = open_devices(&paths, true).unwrap_err().to_string();
+        let e = open_devices(&paths, true, true).unwrap_err().to_string();
         assert!(e.contains("nothing to mount"), "{e}");
     }
 

@@ -158,13 +158,15 @@ pub const DEFAULT_IO_THREADS: usize = 8;
 impl Volume {
     /// Opens the devices, in the volume's order whatever the order given; refuses a wrong set.
     pub fn open(paths: &[PathBuf]) -> Result<Volume> {
-        Volume::open_with(paths, false)
+        Volume::open_with(paths, false, true)
     }
 
     /// As `open`; `degraded`: listed devices that are gone are taken as failed (their I/O
-    /// fails with EIO) instead of refusing the volume (a read-only rescue mount).
-    pub fn open_with(paths: &[PathBuf], degraded: bool) -> Result<Volume> {
-        let devices = open_devices(paths, degraded)?;
+    /// fails with EIO) instead of refusing the volume (a read-only rescue mount). Without
+    /// `may_write`, nothing is written to the devices (a change of the set cut short by a
+    /// crash is settled in memory only).
+    pub fn open_with(paths: &[PathBuf], degraded: bool, may_write: bool) -> Result<Volume> {
+        let devices = open_devices(paths, degraded, may_write)?;
         let uuid = devices[0].superblock.volume_uuid;
         let rings = devices[0].superblock.rings();
         let descriptor = devices[0].superblock.clone();

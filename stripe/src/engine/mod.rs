@@ -257,11 +257,11 @@ impl IoEngine {
         })
     }
 
-    /// Makes room for one more device (the threads engine's queue and threads).
-    pub fn add_device(&self) -> io::Result<()> {
+    /// Makes room for devices up to `count` (the threads engine's queues and threads).
+    pub fn ensure_devices(&self, count: usize) -> io::Result<()> {
         match &self.backend {
             Backend::Uring(_) => Ok(()),
-            Backend::Threads(t) => t.add_device(),
+            Backend::Threads(t) => t.ensure_devices(count),
         }
     }
 

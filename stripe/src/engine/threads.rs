@@ -30,24 +30,25 @@ impl Threads {
             per_device: per_device.max(1),
             timer,
         };
-        for _ in 0..devices {
-            t.add_device()?;
-        }
+        t.ensure_devices(devices)?;
         Ok(t)
     }
 
-    /// A queue and its threads for the next device.
-    pub fn add_device(&self) -> io::Result<()> {
+    /// A queue and its threads for each device up to `count` that has none yet. The queue
+    /// is in place before its threads: one that cannot start leaves it served by fewer.
+    pub fn ensure_devices(&self, count: usize) -> io::Result<()> {
         let mut queues = self.queues.write();
-        let (dev, q) = (queues.len(), Arc::<DeviceQueue>::default());
-        for i in 0..self.per_device {
-            let (q, timer) = (q.clone(), self.timer.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("stripefs-io{dev}.{i}"))
-                .spawn(move || work(&q, &timer))?;
-            self.threads.lock().push(thread);
+        while queues.len() < count {
+            let (dev, q) = (queues.len(), Arc::<DeviceQueue>::default());
+            queues.push(q.clone());
+            for i in 0..self.per_device {
+                let (q, timer) = (q.clone(), self.timer.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("stripefs-io{dev}.{i}"))
+                    .spawn(move || work(&q, &timer))?;
+                self.threads.lock().push(thread);
+            }
         }
-        queues.push(q);
         Ok(())
     }
 

@@ -40,7 +40,21 @@ impl Volume {
                 d.info.index
             )));
         }
+        // Devices are separate directories (as the config demands): one inside another
+        // would hold the other's objects.
+        if let Some((_, d)) = self.set.members().find(|(_, d)| {
+            let other = d.info.path.canonicalize().unwrap_or(d.info.path.clone());
+            path.starts_with(&other) || other.starts_with(&path)
+        }) {
+            return Err(StripeError::Devices(format!(
+                "{} and device {} ({}) are nested; devices must be separate directories",
+                path.display(),
+                d.info.index,
+                d.info.path.display()
+            )));
+        }
         let next = Superblock {
+            pending: true,
             generation: set_sb.generation + 1,
             device_count: id as u32 + 1,
             rings: set_sb.rings().with_device(id as u32).0,
@@ -52,19 +66,30 @@ impl Volume {
                 .collect(),
             ..set_sb.clone()
         };
+        // What can fail in memory, before any member's superblock changes.
+        self.engine()
+            .ensure_devices(id + 1)
+            .map_err(|e| self.io_err(id, e))?;
         let info = join(&path, &next.as_device(id as u32), id)?;
+        let undo_join = |e: StripeError| {
+            let _ = retire_superblock(&path);
+            e
+        };
+        let device = Device::new(info).map_err(undo_join)?;
         faultpoint::fail::fail_point!("device.add-joined", |arg| Err(
             self.io_err(id, faultpoint::injected("device.add-joined", arg))
         ));
-        self.write_set(&next, "device.add-superblock")?;
-        let device = Device::new(info)?;
+        if let Err(e) = self.write_set(&next, "device.add-superblock") {
+            self.write_back(&set_sb);
+            return Err(undo_join(e));
+        }
         if let Some(dir) = &device.objects {
             self.max_object_len
                 .fetch_min(largest_file(dir), std::sync::atomic::Ordering::Relaxed);
         }
-        self.engine().add_device().map_err(|e| self.io_err(id, e))?;
         self.set.push(device);
         *self.rings.write() = Arc::new(next.rings());
+        let next = self.commit(next);
         log::info!(
             "device {id} ({}) joined volume {} (generation {})",
             path.display(),
@@ -90,6 +115,32 @@ impl Volume {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// A change that could not be written everywhere goes back: the members that took it are
+    /// given the current set again (as well as they can be: what is left, mount settles).
+    fn write_back(&self, current: &Superblock) {
+        for (i, d) in self.set.members() {
+            if let Err(e) = write_superblock(&d.info.path, &current.as_device(i as u32)) {
+                log::error!("device {i}: its superblock could not be put back: {e}");
+            }
+        }
+    }
+
+    /// Marks the change every member now has as done (no longer pending): from then on a
+    /// member a generation behind is an old copy. A failure is only logged: the next mount
+    /// finishes the mark.
+    fn commit(&self, next: Superblock) -> Superblock {
+        let done = Superblock {
+            pending: false,
+            ..next
+        };
+        for (i, d) in self.set.members() {
+            if let Err(e) = write_superblock(&d.info.path, &done.as_device(i as u32)) {
+                log::error!("device {i}: the change of the device set is not marked done: {e}");
+            }
+        }
+        done
     }
 
     /// Writes the set's next generation to every member's superblock.
@@ -150,12 +201,17 @@ impl Volume {
                 .collect(),
         );
         let next = Superblock {
+            pending: true,
             generation: set_sb.generation + 1,
             rings: next_rings,
             ..set_sb.clone()
         };
-        self.write_set(&next, "device.remove-superblock")?;
+        if let Err(e) = self.write_set(&next, "device.remove-superblock") {
+            self.write_back(&set_sb);
+            return Err(e);
+        }
         *self.rings.write() = Arc::new(next.rings());
+        let next = self.commit(next);
         log::info!(
             "device {id}: new files avoid it (generation {})",
             next.generation
@@ -182,26 +238,34 @@ impl Volume {
         let mut retired = set_sb.retired.clone();
         retired.push(id as u32);
         let next = Superblock {
+            pending: true,
             generation: set_sb.generation + 1,
             retired,
             ..set_sb.clone()
         };
         // The others first: a crash before the device lets go is finished at mount.
-        for d in self
-            .set
-            .iter()
-            .filter(|d| !d.removed() && d.info.index != id)
-        {
-            let i = d.info.index;
-            write_superblock(&d.info.path, &next.as_device(i as u32))
-                .map_err(|e| self.io_err(i, e))?;
-            faultpoint::fail::fail_point!("device.remove-superblock", |arg| Err(
-                self.io_err(i, faultpoint::injected("device.remove-superblock", arg))
-            ));
+        let written = (|| {
+            for d in self
+                .set
+                .iter()
+                .filter(|d| !d.removed() && d.info.index != id)
+            {
+                let i = d.info.index;
+                write_superblock(&d.info.path, &next.as_device(i as u32))
+                    .map_err(|e| self.io_err(i, e))?;
+                faultpoint::fail::fail_point!("device.remove-superblock", |arg| Err(
+                    self.io_err(i, faultpoint::injected("device.remove-superblock", arg))
+                ));
+            }
+            retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e))
+        })();
+        if let Err(e) = written {
+            self.write_back(&set_sb);
+            return Err(e);
         }
-        retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e))?;
         dev.health.failed.store(true, Relaxed);
         dev.removed.store(true, Relaxed);
+        let next = self.commit(next);
         self.open.clear();
         log::info!(
             "device {id} ({}) left volume {} (generation {})",
@@ -268,6 +332,15 @@ mod tests {
         );
         let e = v.add_device(&paths[3]).unwrap_err().to_string();
         assert!(e.contains("already device 3"), "{e}");
+        let inner = paths[0].join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        let e = v.add_device(&inner).unwrap_err().to_string();
+        assert!(e.contains("nested"), "{e}");
+        let e = v
+            .add_device(paths[0].parent().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nested"), "{e}");
         drop(v);
 
         // The config still lists three: the fourth is found where it was added.
@@ -288,6 +361,7 @@ mod tests {
         let sb = v.descriptor.lock().clone();
         drop(v);
         let next = Superblock {
+            pending: true,
             generation: 1,
             device_count: 4,
             rings: sb.rings().with_device(3).0,
@@ -325,6 +399,22 @@ mod tests {
         assert_eq!(v.current_ring(), (0, 3));
         let sb = v.descriptor.lock().clone();
         assert_eq!((sb.generation, sb.device_count), (0, 3));
+    }
+
+    #[test]
+    fn a_copy_from_before_an_add_is_refused_not_taken_for_an_add_cut_short() {
+        let (root, paths) = formatted(3);
+        let backup = root.path().join("d1.backup");
+        std::fs::create_dir(&backup).unwrap();
+        std::fs::create_dir(backup.join(".stripefs")).unwrap();
+        let sb = |d: &Path| d.join(".stripefs/superblock");
+        std::fs::copy(sb(&paths[1]), sb(&backup)).unwrap();
+        let v = Volume::open(&paths[..3]).unwrap();
+        v.add_device(&paths[3]).unwrap();
+        drop(v);
+        std::fs::copy(sb(&backup), sb(&paths[1])).unwrap();
+        let e = Volume::open(&paths[..3]).err().unwrap().to_string();
+        assert!(e.contains("old copy"), "{e}");
     }
 
     #[test]
