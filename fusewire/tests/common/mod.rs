@@ -424,8 +424,20 @@ pub struct Watchdog {
     stop: Option<mpsc::Sender<()>>,
 }
 
+///
+/// Through the FUSE control filesystem, which is mounted first where the system has not
+/// (systemd normally does; without it the abort would silently do nothing).
 pub fn abort_connection(conn: u64) {
-    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{conn}/abort"), "1");
+    let dir = "/sys/fs/fuse/connections";
+    let abort = format!("{dir}/{conn}/abort");
+    if !Path::new(&abort).exists() {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", dir])
+            .status();
+    }
+    if let Err(e) = std::fs::write(&abort, "1") {
+        eprintln!("cannot abort FUSE connection {conn}: {abort}: {e}");
+    }
 }
 
 impl Watchdog {
