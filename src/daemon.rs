@@ -268,10 +268,41 @@ impl Unmounter {
     }
 }
 
-/// `[mount] transport` as fusewire's io_uring request: `auto` asks for it where the kernel
-/// allows it (`enable_uring`), `uring` insists (the mount fails where it cannot be had),
-/// `dev` never asks. The kernel parameter is the administrator's: never changed here.
-fn uring_config(t: mountcfg::Transport) -> Result<Option<fusewire::UringConfig>> {
+/// Env var that overrides `[mount] transport` (auto, uring or dev): the CI runs the I/O tests
+/// once per transport, as `STRIPEFS_IO_ENGINE` does for the I/O engine.
+pub const TRANSPORT_ENV: &str = "STRIPEFS_TRANSPORT";
+
+/// The transport a mount asks for: the config's `[mount] transport`, unless
+/// `STRIPEFS_TRANSPORT` says otherwise.
+fn transport_choice(config: mountcfg::Transport) -> Result<mountcfg::Transport> {
+    use mountcfg::Transport;
+    match std::env::var(TRANSPORT_ENV) {
+        Ok(v) => match v.as_str() {
+            "auto" => Ok(Transport::Auto),
+            "uring" | "io_uring" => Ok(Transport::Uring),
+            "dev" => Ok(Transport::Dev),
+            _ => Err(Error::Usage(format!(
+                "{TRANSPORT_ENV}={v}: must be auto, uring or dev"
+            ))),
+        },
+        Err(std::env::VarError::NotPresent) => Ok(config),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::Usage(format!(
+            "{TRANSPORT_ENV}={}: must be auto, uring or dev",
+            v.to_string_lossy()
+        ))),
+    }
+}
+
+/// `[mount] transport` (or `STRIPEFS_TRANSPORT`) as fusewire's io_uring request: `auto` asks
+/// for it where the kernel allows it (`enable_uring`), `uring` insists (the mount fails where
+/// it cannot be had), `dev` never asks. The kernel parameter is the administrator's: never
+/// changed here.
+fn uring_config(config: mountcfg::Transport) -> Result<Option<fusewire::UringConfig>> {
+    let t = transport_choice(config)?;
+    let asked = match std::env::var(TRANSPORT_ENV) {
+        Ok(v) => format!("{TRANSPORT_ENV}={v}"),
+        Err(_) => "transport = \"uring\"".to_string(),
+    };
     let ring = fusewire::UringConfig {
         threads: 0,
         depth: 0,
@@ -282,7 +313,7 @@ fn uring_config(t: mountcfg::Transport) -> Result<Option<fusewire::UringConfig>>
         mountcfg::Transport::Dev => None,
         mountcfg::Transport::Uring if !enabled => {
             return Err(Error::Usage(format!(
-                "transport = \"uring\": FUSE over io_uring is {}",
+                "{asked}: FUSE over io_uring is {}",
                 fusewire::uring::why_unavailable()
             )))
         }
@@ -319,6 +350,8 @@ fn serve(
     ready: &mut Ready,
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
+    // Before the volume is opened: a transport that cannot be had fails the mount untouched.
+    let uring = uring_config(config.mount.transport)?;
     raise_open_file_limit();
     let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;
@@ -332,7 +365,7 @@ fn serve(
     };
     let fs = StripeFs::new(engine.clone());
     let mut fuse_config = fs.session_config(m.fuse_threads(engine.caching.is_some()));
-    fuse_config.uring = uring_config(m.transport)?;
+    fuse_config.uring = uring;
     let kernel = fs.kernel.clone();
     let interval = m.commit_interval;
     let mount_error =

@@ -434,7 +434,16 @@ fn abort_connection(mnt: &Path) {
         let f: Vec<&str> = line.split(' ').collect();
         if f.len() > 4 && f[4] == mnt {
             let minor = f[2].split(':').nth(1).unwrap();
-            let _ = fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+            let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
+            if !Path::new(&abort).exists() {
+                // The FUSE control filesystem, where systemd normally mounts it.
+                let _ = std::process::Command::new("mount")
+                    .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+                    .status();
+            }
+            if let Err(e) = fs::write(&abort, "1") {
+                eprintln!("cannot abort the FUSE connection of {mnt}: {abort}: {e}");
+            }
         }
     }
 }

@@ -599,9 +599,11 @@ fn mount_helper_serves_mount_8_and_fstab() {
     let status: serde_json::Value =
         serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
     assert_eq!(status["options"]["threads"], 3);
-    // `transport = "auto"`: io_uring only where the kernel parameter allows it.
+    // `transport = "auto"`: io_uring only where the kernel parameter allows it (and
+    // STRIPEFS_TRANSPORT, which the CI sets for its io_uring pass, does not say `dev`).
     let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|p| p.trim() == "Y");
+        .is_ok_and(|p| p.trim() == "Y")
+        && std::env::var("STRIPEFS_TRANSPORT").as_deref() != Ok("dev");
     let want = if uring { "io_uring" } else { "/dev/fuse" };
     assert_eq!(status["options"]["transport"], want);
     let table = stripefs_ok(&["status", v.mnt_str()]);
@@ -710,4 +712,74 @@ fn find_lists_the_files_with_data_on_a_device() {
         "{bad:?}"
     );
     v.umount();
+}
+
+/// `STRIPEFS_TRANSPORT` overrides `[mount] transport` (the CI's io_uring pass sets it): a bad
+/// value refuses the mount, `dev` wins over a config that asks for io_uring, and `uring` runs
+/// io_uring where the kernel parameter allows it and fails the mount, saying why, where not.
+#[test]
+fn stripefs_transport_overrides_the_config() {
+    let mut v = TestVolume::new(2, "64K", "[mount]\ntransport = \"uring\"\n");
+    let (cfg, mnt) = (v.cfg().to_string(), v.mnt_str().to_string());
+    let mount_with = |value: &str| {
+        run_with_timeout(
+            std::process::Command::new(BIN)
+                .args(["mount", &cfg, &mnt])
+                .env("STRIPEFS_TRANSPORT", value),
+            std::time::Duration::from_secs(60),
+        )
+    };
+    let transport = |v: &TestVolume| {
+        let status: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+        status["options"]["transport"].as_str().unwrap().to_string()
+    };
+    let out = mount_with("fast");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("STRIPEFS_TRANSPORT=fast: must be auto, uring or dev"),
+        "{err}"
+    );
+    assert!(!is_mounted(&v.mnt), "{err}");
+
+    let out = mount_with("dev");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    v.umount_on_drop();
+    assert_eq!(transport(&v), "/dev/fuse");
+    v.umount();
+
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|p| p.trim() == "Y");
+    let out = mount_with("uring");
+    if uring {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        v.umount_on_drop();
+        assert_eq!(transport(&v), "io_uring");
+        v.umount();
+    } else {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("STRIPEFS_TRANSPORT=uring: FUSE over io_uring is"),
+            "{err}"
+        );
+        assert!(!is_mounted(&v.mnt), "{err}");
+    }
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let mnt = mnt.to_str().unwrap();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(mnt))
 }
