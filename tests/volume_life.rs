@@ -466,6 +466,9 @@ fn devices_older_than_the_namespace_are_refused() {
     )
     .unwrap();
     let out = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    if out.status.success() {
+        v.umount_on_drop();
+    }
     assert!(
         !out.status.success(),
         "mounted devices older than the namespace"
