@@ -1,11 +1,14 @@
 //! `stripefs rebalance`: after devices join, files laid on older rings are restriped onto the
 //! ring new files use, so data spreads over every device (as `btrfs balance`). The same run,
 //! draining one device, is `stripefs device remove`: every file on it moves to the others,
-//! then it leaves the set. It runs in the
-//! daemon, one file at a time through `migrate` (each move atomic: a crash shows the old
-//! copy or the new), the files on the fullest devices first, at most `max_mbps`; the CLI
-//! attaches to watch it. A run that was going when the volume stopped (unmount, crash) goes
-//! on at the next mount: its wish is kept in `rebalance.json` beside the namespace.
+//! then it leaves the set (a removal stopped half way leaves new files avoiding the device;
+//! asked again, it finishes).
+//!
+//! It runs in the daemon, one file at a time through `migrate` (each move atomic: a crash
+//! shows the old copy or the new), the files on the fullest devices first, at most
+//! `max_mbps`; the CLI attaches to watch it. A run that was going when the volume stopped
+//! (unmount, crash) goes on at the next mount: its wish is kept in `rebalance.json` beside
+//! the namespace.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
