@@ -36,14 +36,6 @@ fn assert_no_panic(out: &Output, what: &str) {
     );
 }
 
-fn is_mounted(mnt: &Path) -> bool {
-    let mnt = mnt.to_str().unwrap();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(mnt))
-}
-
 fn namespace(v: &TestVolume) -> PathBuf {
     v.devices[0].join(".stripefs/namespace.redb")
 }

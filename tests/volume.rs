@@ -775,11 +775,3 @@ fn stripefs_transport_overrides_the_config() {
         assert!(!is_mounted(&v.mnt), "{err}");
     }
 }
-
-fn is_mounted(mnt: &Path) -> bool {
-    let mnt = mnt.to_str().unwrap();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(mnt))
-}

@@ -494,15 +494,15 @@ impl Volume {
         objs: &Objects,
         req: Request,
         io: &SlotIo,
+        dev: usize,
         join: &Arc<Join>,
     ) -> Result<Option<Box<DevOp>>> {
         let Request {
             ino,
-            layout,
+            layout: _,
             base,
             write,
         } = req;
-        let dev = self.device_of_slot(layout, io.slot);
         self.set
             .note_error(dev, write, self.set.admit(dev, write, io))?;
         let opened = self.object(objs, dev, ino, write);
@@ -559,9 +559,17 @@ impl Volume {
     /// alive and untouched until `join` completes.
     fn submit(&self, req: Request, offset: u64, len: usize, join: Arc<Join>) {
         let objs = self.objects(req.ino);
+        let plan = req.layout.plan(offset, len);
+        // The rings looked at once per request, not once per piece.
+        let devices: Vec<usize> = {
+            let rings = self.rings.read();
+            plan.iter()
+                .map(|io| rings.device_of_slot(req.layout, io.slot))
+                .collect()
+        };
         let mut ops = Vec::new();
-        for io in req.layout.plan(offset, len) {
-            match self.op_for(&objs, req, &io, &join) {
+        for (io, dev) in plan.iter().zip(devices) {
+            match self.op_for(&objs, req, io, dev, &join) {
                 Ok(Some(op)) => ops.push(op),
                 Ok(None) => {}
                 Err(e) => {

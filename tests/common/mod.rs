@@ -323,3 +323,12 @@ pub fn fallocate(path: &Path, len: u64) -> std::io::Result<()> {
         _ => Err(std::io::Error::last_os_error()),
     }
 }
+
+/// Whether something is mounted at `mnt` (by /proc/self/mountinfo, asking no daemon).
+pub fn is_mounted(mnt: &Path) -> bool {
+    let mnt = mnt.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(mnt))
+}

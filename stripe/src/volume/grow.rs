@@ -79,7 +79,7 @@ impl Volume {
         faultpoint::fail::fail_point!("device.add-joined", |arg| Err(
             self.io_err(id, faultpoint::injected("device.add-joined", arg))
         ));
-        if let Err(e) = self.write_set(&next, "device.add-superblock") {
+        if let Err(e) = self.write_set(&next, None, "device.add-superblock") {
             self.write_back(&set_sb);
             return Err(undo_join(e));
         }
@@ -144,12 +144,18 @@ impl Volume {
     }
 
     /// Writes the set's next generation to every member's superblock.
+    /// (Every member but `except`, when one is leaving.)
     fn write_set(
         &self,
         next: &Superblock,
+        except: Option<usize>,
         #[allow(unused_variables)] point: &'static str, // a fault point's name
     ) -> Result<()> {
-        for d in self.set.iter().filter(|d| !d.removed()) {
+        for d in self
+            .set
+            .iter()
+            .filter(|d| !d.removed() && Some(d.info.index) != except)
+        {
             let i = d.info.index;
             write_superblock(&d.info.path, &next.as_device(i as u32))
                 .map_err(|e| self.io_err(i, e))?;
@@ -206,7 +212,7 @@ impl Volume {
             rings: next_rings,
             ..set_sb.clone()
         };
-        if let Err(e) = self.write_set(&next, "device.remove-superblock") {
+        if let Err(e) = self.write_set(&next, None, "device.remove-superblock") {
             self.write_back(&set_sb);
             return Err(e);
         }
@@ -244,21 +250,9 @@ impl Volume {
             ..set_sb.clone()
         };
         // The others first: a crash before the device lets go is finished at mount.
-        let written = (|| {
-            for d in self
-                .set
-                .iter()
-                .filter(|d| !d.removed() && d.info.index != id)
-            {
-                let i = d.info.index;
-                write_superblock(&d.info.path, &next.as_device(i as u32))
-                    .map_err(|e| self.io_err(i, e))?;
-                faultpoint::fail::fail_point!("device.remove-superblock", |arg| Err(
-                    self.io_err(i, faultpoint::injected("device.remove-superblock", arg))
-                ));
-            }
-            retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e))
-        })();
+        let written = self
+            .write_set(&next, Some(id), "device.remove-superblock")
+            .and_then(|()| retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e)));
         if let Err(e) = written {
             self.write_back(&set_sb);
             return Err(e);
