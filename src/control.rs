@@ -20,7 +20,7 @@
 //! | attach    | mount root  | -                     | root or the mounter: bring the config's cache back (`path=P size=S`: another file store) | - |
 //! | cleaner   | mount root  | cleaning policy and settings (`policy=alru wake_up=1s ...`) | root or the mounter: change the words given (`policy=acp`, `max_mbps=200`) | - |
 //! | params    | mount root  | sequential cutoff, promotion and error threshold (`seq_cutoff=full seq_threshold=1M ... promotion=always nhit_hits=3 nhit_trigger=80 error_threshold=1000`) | root or the mounter: change the words given | - |
-//! | devices   | mount root  | the device set as JSON: generation, rings, each device's id and path, removed ids | root or the mounter: `add /path/to/dir`: the directory joins the volume online; `remove ID [max_mbps=N]`: move every file off the device, then drop it (watched with `rebalance`) | - |
+//! | devices   | mount root  | the device set as JSON: generation, rings, each device's id and path, removed ids | root or the mounter: `add /path/to/dir`: the directory joins the volume online; `remove ID [max_mbps=N]`: move every file off the device, then drop it (watched with `rebalance`); `replace ID /path [max_mbps=N]`: the directory takes the device's place, its share of every file copied over online (watched with `rebalance`) | - |
 //! | rebalance | dir         | the running (or last) rebalance's progress, JSON | root or the mounter: `start [max_mbps=N]`: restripe the tree's files onto every device, in the daemon (running: set the limit); `stop` | - |
 //! | failpoint | mount root  | -                     | root, builds with fault points: `NAME=ACTIONS` arms a fault point (`off` disarms) | - |
 //! | control   | any         | `stripefs protocol=1 pid=PID`: the handshake that says a daemon answers here | read-only | - |
@@ -753,11 +753,34 @@ fn set(engine: &Arc<Engine>, caller: Caller, ino: u64, key: Key, value: &[u8]) -
                         ),
                     }
                 }
+                Some(("replace", rest)) => {
+                    let mut words = rest.split_whitespace();
+                    let id = words.next().and_then(|w| w.parse::<usize>().ok());
+                    let dir = words.next().filter(|d| d.starts_with('/'));
+                    let limit = words.next().map(|w| match w.split_once('=') {
+                        Some(("max_mbps", v)) => v.parse::<u64>().ok(),
+                        _ => None,
+                    });
+                    match (id, dir, limit, words.next()) {
+                        (Some(id), Some(dir), None, None) => {
+                            engine.replace_device(id, std::path::Path::new(dir), None)
+                        }
+                        (Some(id), Some(dir), Some(Some(m)), None) => {
+                            engine.replace_device(id, std::path::Path::new(dir), Some(m))
+                        }
+                        _ => refuse(
+                            libc::EINVAL,
+                            format!(
+                                "\"{t}\": the value is `replace ID /absolute/path [max_mbps=N]`"
+                            ),
+                        ),
+                    }
+                }
                 _ => refuse(
                     libc::EINVAL,
                     format!(
-                        "\"{t}\": the value is `add /absolute/path/of/the/directory` or \
-                         `remove ID [max_mbps=N]`"
+                        "\"{t}\": the value is `add /absolute/path/of/the/directory`, \
+                         `remove ID [max_mbps=N]` or `replace ID /absolute/path [max_mbps=N]`"
                     ),
                 ),
             }

@@ -162,7 +162,7 @@ type DataGuard = parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>;
 const RECLAIM_NOW: u64 = 1 << 20;
 
 /// A cache I/O error as the caller sees it: EIO unless the device said more (ENOSPC).
-fn io_error(e: std::io::Error) -> Error {
+pub(crate) fn io_error(e: std::io::Error) -> Error {
     Error::Errno(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
@@ -695,7 +695,7 @@ impl Engine {
         self.io_locks.entry(ino).or_default().clone()
     }
 
-    fn file(&self, ino: u64) -> Result<(Inode, Layout)> {
+    pub(crate) fn file(&self, ino: u64) -> Result<(Inode, Layout)> {
         let inode = self.ns.get(ino)?;
         match (inode.kind, inode.layout) {
             (Kind::File, Some(l)) => {

@@ -129,11 +129,21 @@ impl Events {
         seen.store_down = down;
         let rebalance = engine.rebalancer.progress();
         if rebalance.runs_ended > seen.rebalances_ended {
+            let (name, what) = match rebalance.replacing {
+                Some((old, new)) => ("replace-ended", format!("replace of device {old} by {new}")),
+                None => ("rebalance-ended", "rebalance".to_string()),
+            };
+            let lost = match rebalance.lost.len() {
+                0 => String::new(),
+                n => format!(", {n} file ranges lost (unreadable on the old device)"),
+            };
             events.push(Event {
-                name: "rebalance-ended",
-                device: None,
+                name,
+                device: rebalance
+                    .replacing
+                    .map(|(old, _)| (old, engine.volume.device_path(old).to_path_buf())),
                 detail: format!(
-                    "rebalance {}: {} of {} files moved ({} bytes), {} failed{}",
+                    "{what} {}: {} of {} files moved ({} bytes), {} failed{lost}{}",
                     rebalance.state,
                     rebalance.files_done,
                     rebalance.files_total,

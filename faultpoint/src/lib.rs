@@ -36,13 +36,15 @@ pub const POINTS: &[&str] = &[
     "device.add-joined",
     "device.add-superblock",
     "device.remove-superblock",
+    "replace.copied",
+    "replace.moved",
 ];
 
 /// Points the generic suite (tests/faultpoints.rs) leaves to their own tests: those whose
 /// error the daemon takes back without the caller seeing one (a failed store write: the store
 /// is reopened and written again; tests/full_volume.rs), and those only a command its workload
 /// does not run reaches (`stripefs cache detach`; tests/cache_controls.rs; `stripefs device
-/// add`, tests/volume_life.rs).
+/// add`, `remove`, `replace`: tests/volume_life.rs).
 pub const OWN_TESTS: &[&str] = &[
     "namespace.store-write",
     "namespace.reopen",
@@ -51,6 +53,8 @@ pub const OWN_TESTS: &[&str] = &[
     "device.add-joined",
     "device.add-superblock",
     "device.remove-superblock",
+    "replace.copied",
+    "replace.moved",
 ];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would

@@ -131,8 +131,55 @@ pub fn remove(mountpoint: &Path, device: &str, max_mbps: Option<u64>, json: bool
     Ok(code)
 }
 
-/// Watches the daemon's rebalance (or removal) at `dir` until it ends; Ctrl-C asks whether to
-/// `stop` it or leave it running.
+/// `stripefs device replace MNT OLD NEW`: NEW takes OLD's place, the daemon copies OLD's share
+/// of every file over, then drops OLD; watched as a rebalance is. Exit status 3 when ranges
+/// were lost.
+pub fn replace(
+    mountpoint: &Path,
+    old: &str,
+    new: &Path,
+    max_mbps: Option<u64>,
+    json: bool,
+) -> Result<i32> {
+    let root = resolve(mountpoint)?.root;
+    let id = super::find::device_index(&root, old)?;
+    let new = new
+        .canonicalize()
+        .map_err(|e| Error::Usage(format!("device replace: {}: {e}", new.display())))?;
+    if new.starts_with(&root) {
+        return Err(Error::Usage(format!(
+            "device replace: {} is inside the volume itself; a device is a directory on a disk",
+            new.display()
+        )));
+    }
+    let mut value = format!("replace {id} {}", new.display());
+    if let Some(m) = max_mbps {
+        value += &format!(" max_mbps={m}");
+    }
+    xattr::control_set(&root, "devices", value.as_bytes()).map_err(refusal(
+        "device replace",
+        &root,
+        "devices",
+    ))?;
+    let code = watch(&root, json, || {
+        xattr::control_set(&root, "rebalance", b"stop").map_err(refusal(
+            "device replace",
+            &root,
+            "rebalance",
+        ))
+    })?;
+    if !json && code == 0 {
+        println!(
+            "{}: device {id} was replaced by {}",
+            root.display(),
+            new.display()
+        );
+    }
+    Ok(code)
+}
+
+/// Watches the daemon's rebalance (or removal, or replacement) at `dir` until it ends; Ctrl-C
+/// asks whether to `stop` it or leave it running. Exit status: 1 failed, 3 data lost.
 fn watch(dir: &Path, json: bool, stop: impl Fn() -> Result<()>) -> Result<i32> {
     use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,7 +207,12 @@ fn watch(dir: &Path, json: bool, stop: impl Fn() -> Result<()>) -> Result<i32> {
                 bar.finish_and_clear();
             }
             print_end(&p, json);
-            return Ok(if p["state"] == "failed" { 1 } else { 0 });
+            let lost = p["lost"].as_array().is_some_and(|l| !l.is_empty());
+            return Ok(match (p["state"].as_str(), lost) {
+                (Some("failed"), _) => 1,
+                (_, true) => 3,
+                _ => 0,
+            });
         }
         if interrupted.swap(false, Ordering::SeqCst) {
             if let Some(bar) = &bar {
@@ -219,4 +271,20 @@ fn print_end(p: &serde_json::Value, json: bool) {
             ),
         }
     );
+    let lost = p["lost"].as_array().map_or(&[][..], |l| l.as_slice());
+    if !lost.is_empty() {
+        println!(
+            "{} ranges could not be read from the old device; they read as zeros now:",
+            lost.len()
+        );
+        println!("{:>14} {:>12}  file", "offset", "bytes");
+        for l in lost {
+            println!(
+                "{:>14} {:>12}  {}",
+                l["offset"],
+                l["len"],
+                l["path"].as_str().unwrap_or("?")
+            );
+        }
+    }
 }

@@ -699,6 +699,16 @@ fn run(command: Command) -> Result<i32> {
                     json,
                 },
         } => device::remove(&mountpoint, &device, max_mbps, json),
+        Command::Device {
+            action:
+                DeviceAction::Replace {
+                    mountpoint,
+                    old,
+                    new,
+                    max_mbps,
+                    json,
+                },
+        } => device::replace(&mountpoint, &old, &new, max_mbps, json),
         Command::Rebalance {
             path,
             max_mbps,
@@ -770,6 +780,36 @@ pub enum DeviceAction {
         #[arg(long)]
         max_mbps: Option<u64>,
         /// Print the final progress as JSON, and no progress bar
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy a device's data to an empty directory that takes its place, online
+    #[command(
+        after_help = "OLD is the device's id or its directory, as `stripefs device list` \
+        shows them. NEW joins the volume in OLD's place at once (new files use it, not OLD); \
+        then the daemon copies OLD's share of every file to NEW while the volume stays in use \
+        (writes meanwhile are copied again; each file's switch to NEW is one durable commit, \
+        so a crash shows it on OLD or on NEW, whole), and when no file is left on OLD, OLD \
+        leaves the device set and the config file. Ranges a failing OLD cannot give are \
+        retried, then left as holes (they read as zeros) and reported by file and byte range, \
+        and the copy goes on. Watched as a rebalance is (bytes, ETA; Ctrl-C asks whether to \
+        stop it); an unmount or a crash pauses it and the next mount goes on with it. The \
+        device holding the namespace store cannot be replaced. Root or the mounter.\n\n\
+        Exit status: 0 done, every byte copied; 1 failed (some files are still on OLD, which \
+        stays); 3 done, but ranges were lost (listed).\n\n\
+        Example:\n  stripefs device replace /mnt/vol 2 /disks/new2"
+    )]
+    Replace {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The device to replace: its id or its directory
+        old: String,
+        /// The empty directory that takes its place
+        new: PathBuf,
+        /// At most this many MB/s of copied data (0: no limit)
+        #[arg(long)]
+        max_mbps: Option<u64>,
+        /// Print the final progress (with the lost ranges) as JSON, and no progress bar
         #[arg(long)]
         json: bool,
     },

@@ -420,6 +420,31 @@ fn print_devices(s: &serde_json::Value) {
     }
 }
 
+/// The rebalance, removal or replacement running (or the last one, when it lost data).
+fn print_device_job(p: &serde_json::Value) {
+    let state = p["state"].as_str().unwrap_or("idle");
+    let lost = p["lost"].as_array().map_or(0, |l| l.len());
+    if state != "running" && lost == 0 {
+        return;
+    }
+    let what = match (&p["replacing"], &p["removing"]) {
+        (serde_json::Value::Array(r), _) => format!("replace of device {} by {}", r[0], r[1]),
+        (_, serde_json::Value::Number(d)) => format!("removal of device {d}"),
+        _ => "rebalance".into(),
+    };
+    println!(
+        "\n{what}: {state}, {} of {} files, {} of {}{}",
+        p["files_done"],
+        p["files_total"],
+        human_bytes(p["bytes_moved"].as_u64().unwrap_or(0)),
+        human_bytes(p["bytes_total"].as_u64().unwrap_or(0)),
+        match lost {
+            0 => String::new(),
+            n => format!("; {n} file ranges lost (`stripefs status --json` lists them)"),
+        }
+    );
+}
+
 fn print_status(s: &serde_json::Value) {
     let b = |k: &str| human_bytes(s[k].as_u64().unwrap_or(0));
     println!("volume      {}", s["uuid"].as_str().unwrap_or("?"));
@@ -463,6 +488,7 @@ fn print_status(s: &serde_json::Value) {
         b("available_bytes")
     );
     print_devices(s);
+    print_device_job(&s["rebalance"]);
     if let Some(c) = s["cache"].as_object() {
         println!(
             "\ncache       {} {}{}, lines of {}, default mode {}: {} lines used, {} dirty, {} targets",

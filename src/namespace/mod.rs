@@ -601,6 +601,17 @@ impl Namespace {
         })
     }
 
+    /// Gives the file `ino` the layout `layout` over the same object (a device replaced: the
+    /// layout's ring changes, every byte stays where it is). Its times stay: its data did not
+    /// change.
+    pub fn relayout(&self, ino: u64, layout: Layout) -> Result<Inode> {
+        self.mutate(|st, ch| {
+            let i = st.inode_mut(ino, ch)?;
+            i.layout = Some(layout);
+            Ok(i.clone())
+        })
+    }
+
     /// Marks an object id as garbage (a migration copy that was abandoned).
     pub fn discard_object(&self, object: u64) {
         self.state.write().doomed_pending.push(object);

@@ -1,11 +1,12 @@
-//! The volume's device set over its life: devices joining a mounted volume, and the
-//! rebalance that spreads the files over them. The device set
+//! The volume's device set over its life: devices joining a mounted volume, leaving it, and
+//! taking another's place (`replace`), and the rebalance that spreads the files over them. The device set
 //! itself (superblocks, generations, rings) is the stripe crate's; this is the daemon's side:
 //! who may change it, and the config file the next mount reads.
 
 mod rebalance;
+mod replace;
 
-pub use rebalance::{Progress, Rebalancer};
+pub use rebalance::{LostRange, Progress, Rebalancer};
 
 use crate::control::refuse;
 use crate::engine::Engine;
@@ -138,12 +139,12 @@ impl Engine {
                 ),
             );
         }
-        self.start_job(crate::namespace::ROOT, max_mbps, Some(id))
+        self.start_job(crate::namespace::ROOT, max_mbps, rebalance::Job::Remove(id))
     }
 
     /// Bytes the files keep on device `id`, and the room the others have for them (each
     /// filesystem counted once, as devices may share one).
-    fn room_for_removal(&self, id: usize) -> (u64, u64) {
+    pub(super) fn room_for_removal(&self, id: usize) -> (u64, u64) {
         let rings = self.volume.rings();
         let (inodes, _) = self.ns.snapshot();
         let on_it = inodes

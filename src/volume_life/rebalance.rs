@@ -31,6 +31,8 @@ pub struct Progress {
     pub root: u64,
     /// The device being emptied for its removal, if that is what runs.
     pub removing: Option<usize>,
+    /// The device being replaced, and the one taking its place, if that is what runs.
+    pub replacing: Option<(usize, usize)>,
     pub files_total: u64,
     pub files_done: u64,
     pub files_failed: u64,
@@ -44,6 +46,49 @@ pub struct Progress {
     pub last_error: Option<String>,
     /// Runs that ended (done, stopped or failed) since the mount: for the events.
     pub runs_ended: u64,
+    /// What a replaced device could not give: those ranges of those files read as zeros.
+    pub lost: Vec<LostRange>,
+}
+
+/// A file range a replaced device could not give (a hole now).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LostRange {
+    pub ino: u64,
+    /// One of the file's paths when the range was lost.
+    pub path: String,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What a run does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Job {
+    /// Restripes a tree's files onto the ring new files use.
+    Rebalance,
+    /// Moves every file off a device, then drops it.
+    Remove(usize),
+    /// Copies a device's share of every file to the device taking its place, then drops it.
+    Replace { old: usize, new: usize },
+}
+
+impl Job {
+    /// The device that leaves the set when the run ends.
+    fn leaving(self) -> Option<usize> {
+        match self {
+            Job::Rebalance => None,
+            Job::Remove(d) | Job::Replace { old: d, .. } => Some(d),
+        }
+    }
+
+    fn busy_with(self) -> String {
+        match self {
+            Job::Rebalance => "a rebalance runs: wait for it, or stop it".into(),
+            Job::Remove(d) => format!("device {d} is being removed: wait for it, or stop it"),
+            Job::Replace { old, new } => {
+                format!("device {old} is being replaced by device {new}: wait for it, or stop it")
+            }
+        }
+    }
 }
 
 /// The wish that outlives the daemon.
@@ -53,14 +98,31 @@ struct Wish {
     max_mbps: u64,
     #[serde(default)]
     removing: Option<usize>,
+    #[serde(default)]
+    replacing: Option<(usize, usize)>,
+    /// What the run lost so far (a replacement's report, kept across a remount).
+    #[serde(default)]
+    lost: Vec<LostRange>,
+}
+
+impl Wish {
+    fn job(&self) -> Job {
+        match (self.removing, self.replacing) {
+            (_, Some((old, new))) => Job::Replace { old, new },
+            (Some(d), None) => Job::Remove(d),
+            (None, None) => Job::Rebalance,
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct Rebalancer {
-    progress: Arc<Mutex<Progress>>,
+    pub(super) progress: Arc<Mutex<Progress>>,
     stop: Arc<AtomicBool>,
     max_mbps: Arc<AtomicU64>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    job: Mutex<Option<Job>>,
+    started: Mutex<Option<Instant>>,
 }
 
 impl Rebalancer {
@@ -79,6 +141,57 @@ impl Rebalancer {
             .is_some_and(|w| !w.is_finished())
     }
 
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
+    pub(super) fn started(&self) -> Instant {
+        self.started.lock().unwrap_or_else(Instant::now)
+    }
+
+    pub(super) fn set_totals(&self, files: u64, bytes: u64) {
+        let mut p = self.progress.lock();
+        p.files_total = files;
+        p.bytes_total = bytes;
+    }
+
+    /// A file moved; `bytes_moved` counts it whole.
+    pub(super) fn file_done(&self, bytes_moved: u64) {
+        let mut p = self.progress.lock();
+        p.files_done += 1;
+        p.bytes_moved = bytes_moved;
+        self.note_pace(&mut p);
+    }
+
+    /// A file not moved: stopped in the middle (true: the run ends), gone meanwhile, or
+    /// failed.
+    pub(super) fn file_failed(&self, ino: u64, e: Error) -> bool {
+        let mut p = self.progress.lock();
+        if self.stopping() {
+            // Stopped in the middle of the file: it keeps its old copy.
+            return true;
+        }
+        if e.errno() == libc::ENOENT {
+            // Deleted meanwhile: nothing left to move.
+            p.files_done += 1;
+        } else {
+            p.files_failed += 1;
+            p.last_error = Some(format!("inode {ino}: {e}"));
+            log::error!("rebalance: inode {ino} not moved: {e}");
+        }
+        self.note_pace(&mut p);
+        false
+    }
+
+    fn note_pace(&self, p: &mut Progress) {
+        let elapsed = self.started().elapsed().as_secs_f64();
+        p.elapsed_secs = elapsed;
+        let rate = p.bytes_moved as f64 / elapsed.max(1e-3);
+        p.eta_secs =
+            (rate > 0.0).then(|| p.bytes_total.saturating_sub(p.bytes_moved) as f64 / rate);
+        p.max_mbps = self.max_mbps.load(Relaxed);
+    }
+
     /// Stops a run for the unmount, leaving its wish for the next mount.
     pub fn pause(&self) {
         self.stop.store(true, Relaxed);
@@ -95,16 +208,16 @@ fn wish_path(engine: &Engine) -> PathBuf {
 impl Engine {
     /// Starts a rebalance of the tree under `root` (or, running already, sets its limit).
     pub fn rebalance(self: &Arc<Self>, root: u64, max_mbps: Option<u64>) -> Result<()> {
-        self.start_job(root, max_mbps, None)
+        self.start_job(root, max_mbps, Job::Rebalance)
     }
 
     /// Starts (or, running already, sets the limit of) a run: a rebalance of `root`'s tree,
-    /// or the removal of device `removing`.
+    /// or the removal or replacement of a device.
     pub(super) fn start_job(
         self: &Arc<Self>,
         root: u64,
         max_mbps: Option<u64>,
-        removing: Option<usize>,
+        job: Job,
     ) -> Result<()> {
         if self.read_only.load(Relaxed) {
             return crate::control::refuse(libc::EROFS, "the volume is mounted read-only");
@@ -114,28 +227,60 @@ impl Engine {
             r.max_mbps.store(m, Relaxed);
         }
         if r.running() {
-            let now = r.progress.lock().removing;
-            // A rebalance asked for while a removal runs just watches it.
-            if now != removing && removing.is_some() {
-                return crate::control::refuse(
-                    libc::EBUSY,
-                    match now {
-                        Some(d) => format!("device {d} is being removed: wait for it, or stop it"),
-                        None => "a rebalance runs: wait for it, or stop it".into(),
-                    },
-                );
+            let now = r.job.lock().unwrap_or(Job::Rebalance);
+            // A rebalance asked for while a device leaves just watches it.
+            if now != job && job != Job::Rebalance {
+                return crate::control::refuse(libc::EBUSY, now.busy_with());
             }
             return Ok(());
         }
         let wish = Wish {
             root,
             max_mbps: r.max_mbps.load(Relaxed),
-            removing,
+            removing: match job {
+                Job::Remove(d) => Some(d),
+                _ => None,
+            },
+            replacing: match job {
+                Job::Replace { old, new } => Some((old, new)),
+                _ => None,
+            },
+            lost: Vec::new(),
         };
-        let text = serde_json::to_vec(&wish).map_err(|e| Error::Store(e.to_string()))?;
-        mountcfg::edit::replace_durably(&wish_path(self), &text)?;
-        self.start_rebalance(root, removing);
+        self.keep_wish(&wish)?;
+        self.start_rebalance(root, job, Vec::new());
         Ok(())
+    }
+
+    fn keep_wish(&self, wish: &Wish) -> Result<()> {
+        let text = serde_json::to_vec(wish).map_err(|e| Error::Store(e.to_string()))?;
+        mountcfg::edit::replace_durably(&wish_path(self), &text)?;
+        Ok(())
+    }
+
+    /// Adds a file's lost ranges to the report, in the progress and in the wish (so a run
+    /// resumed after a remount still reports them).
+    pub(super) fn note_lost(&self, lost: Vec<LostRange>) {
+        for l in &lost {
+            log::error!(
+                "device replace: {} (inode {}): bytes {}..{} could not be read from the old                  device; they read as zeros now",
+                l.path,
+                l.ino,
+                l.offset,
+                l.offset + l.len
+            );
+        }
+        let mut p = self.rebalancer.progress.lock();
+        p.lost.extend(lost);
+        let wish = std::fs::read(wish_path(self))
+            .ok()
+            .and_then(|t| serde_json::from_slice::<Wish>(&t).ok());
+        if let Some(mut wish) = wish {
+            wish.lost = p.lost.clone();
+            if let Err(e) = self.keep_wish(&wish) {
+                log::error!("the report of lost ranges could not be kept: {e}");
+            }
+        }
     }
 
     /// Stops a running rebalance, and forgets it (the next mount does not go on with it).
@@ -160,7 +305,7 @@ impl Engine {
             Ok(w) if self.ns.get(w.root).is_ok() => {
                 log::info!("going on with the rebalance the last mount left unfinished");
                 self.rebalancer.max_mbps.store(w.max_mbps, Relaxed);
-                self.start_rebalance(w.root, w.removing);
+                self.start_rebalance(w.root, w.job(), w.lost);
             }
             _ => {
                 log::warn!(
@@ -172,22 +317,32 @@ impl Engine {
         }
     }
 
-    fn start_rebalance(self: &Arc<Self>, root: u64, removing: Option<usize>) {
+    fn start_rebalance(self: &Arc<Self>, root: u64, job: Job, lost: Vec<LostRange>) {
         let r = &self.rebalancer;
         r.stop.store(false, Relaxed);
+        *r.job.lock() = Some(job);
+        *r.started.lock() = Some(Instant::now());
         let runs_ended = r.progress.lock().runs_ended;
         *r.progress.lock() = Progress {
             state: "running".into(),
             root,
-            removing,
+            removing: match job {
+                Job::Remove(d) => Some(d),
+                _ => None,
+            },
+            replacing: match job {
+                Job::Replace { old, new } => Some((old, new)),
+                _ => None,
+            },
             max_mbps: r.max_mbps.load(Relaxed),
             runs_ended,
+            lost,
             ..Progress::default()
         };
         let engine = self.clone();
         let spawned = std::thread::Builder::new()
             .name("stripefs-rebalance".into())
-            .spawn(move || engine.run_rebalance(root, removing));
+            .spawn(move || engine.run_rebalance(root, job));
         match spawned {
             Ok(w) => *r.worker.lock() = Some(w),
             Err(e) => {
@@ -198,72 +353,35 @@ impl Engine {
         }
     }
 
-    fn run_rebalance(&self, root: u64, removing: Option<usize>) {
+    fn run_rebalance(&self, root: u64, job: Job) {
         let r = &self.rebalancer;
-        let drained = removing.map(|d| self.volume.drain(d));
-        if drained.is_some() {
-            self.note_generation();
-        }
-        if let Some(Err(e)) = drained {
-            let mut p = r.progress.lock();
-            p.state = "failed".into();
-            p.last_error = Some(e.to_string());
-            p.runs_ended += 1;
-            return;
-        }
-        let moves = self.plan_rebalance(root, removing);
-        {
-            let mut p = r.progress.lock();
-            p.files_total = moves.len() as u64;
-            p.bytes_total = moves.iter().map(|m| m.1).sum();
-        }
-        let start = Instant::now();
-        for (ino, size, to) in moves {
-            if r.stop.load(Relaxed) {
-                break;
-            }
-            let before = r.progress.lock().bytes_moved;
-            let mut copied = 0;
-            let moved = self.migrate_paced(ino, to, &mut |chunk| {
-                copied += chunk;
-                r.progress.lock().bytes_moved = before + copied;
-                self.throttle(start, before + copied);
-                !r.stop.load(Relaxed)
-            });
-            let mut p = r.progress.lock();
-            p.bytes_moved = before;
-            match moved {
-                Ok(_) => {
-                    p.files_done += 1;
-                    p.bytes_moved += size;
+        match job {
+            Job::Replace { old, new } => self.run_replace(old, new),
+            Job::Remove(d) => {
+                let drained = self.volume.drain(d);
+                self.note_generation();
+                if let Err(e) = drained {
+                    let mut p = r.progress.lock();
+                    p.state = "failed".into();
+                    p.last_error = Some(e.to_string());
+                    p.runs_ended += 1;
+                    return;
                 }
-                // Stopped in the middle of the file: it keeps its old copy.
-                Err(_) if r.stop.load(Relaxed) => break,
-                // Deleted meanwhile: nothing left to move.
-                Err(e) if e.errno() == libc::ENOENT => p.files_done += 1,
-                Err(e) => {
-                    p.files_failed += 1;
-                    p.last_error = Some(format!("inode {ino}: {e}"));
-                    log::error!("rebalance: inode {ino} not moved: {e}");
-                }
+                self.run_moves(root, Some(d));
             }
-            let elapsed = start.elapsed().as_secs_f64();
-            p.elapsed_secs = elapsed;
-            let rate = p.bytes_moved as f64 / elapsed.max(1e-3);
-            p.eta_secs = (rate > 0.0).then(|| (p.bytes_total - p.bytes_moved) as f64 / rate);
-            p.max_mbps = r.max_mbps.load(Relaxed);
+            Job::Rebalance => self.run_moves(root, None),
         }
-        let stopped = r.stop.load(Relaxed);
-        let removed = match removing {
+        let stopped = r.stopping();
+        let left = match job.leaving() {
             Some(d) if !stopped => Some(self.finish_removal(d)),
             _ => None,
         };
         let mut p = r.progress.lock();
-        if let Some(Err(e)) = removed {
+        if let Some(Err(e)) = left {
             p.files_failed = p.files_failed.max(1);
             p.last_error = Some(e.to_string());
         }
-        p.elapsed_secs = start.elapsed().as_secs_f64();
+        p.elapsed_secs = r.started().elapsed().as_secs_f64();
         p.eta_secs = None;
         p.runs_ended += 1;
         p.state = match (stopped, p.files_failed) {
@@ -287,9 +405,38 @@ impl Engine {
         }
     }
 
+    /// Moves the files `plan_rebalance` picks, one at a time.
+    fn run_moves(&self, root: u64, removing: Option<usize>) {
+        let r = &self.rebalancer;
+        let moves = self.plan_rebalance(root, removing);
+        r.set_totals(moves.len() as u64, moves.iter().map(|m| m.1).sum());
+        for (ino, size, to) in moves {
+            if r.stopping() {
+                break;
+            }
+            let before = r.progress.lock().bytes_moved;
+            let mut copied = 0;
+            let moved = self.migrate_paced(ino, to, &mut |chunk| {
+                copied += chunk;
+                r.progress.lock().bytes_moved = before + copied;
+                self.throttle(r.started(), before + copied);
+                !r.stopping()
+            });
+            match moved {
+                Ok(_) => r.file_done(before + size),
+                Err(e) => {
+                    r.progress.lock().bytes_moved = before;
+                    if r.file_failed(ino, e) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// Waits until `moved` bytes since `start` are within the limit (checking for a stop):
     /// called before each chunk of a file is copied, so a large file keeps the limit too.
-    fn throttle(&self, start: Instant, moved: u64) {
+    pub(super) fn throttle(&self, start: Instant, moved: u64) {
         let r = &self.rebalancer;
         loop {
             let mbps = r.max_mbps.load(Relaxed);

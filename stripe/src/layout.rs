@@ -113,6 +113,39 @@ impl Rings {
         next.push(ring);
         Rings(next)
     }
+
+    /// The rings after device `new` takes the place of `old`: each ring holding `old` gains a
+    /// twin with `new` in its place (same order, so every slot keeps its object), and the
+    /// current ring's twin (or, without `old`, a copy of it) comes last, so new files use it.
+    pub fn replacing(&self, old: u32, new: u32) -> Rings {
+        let mut next = self.0.clone();
+        let swapped =
+            |r: &[u32]| -> Vec<u32> { r.iter().map(|&d| if d == old { new } else { d }).collect() };
+        for ring in &self.0 {
+            if ring.contains(&old) && self.0.last() != Some(ring) {
+                next.push(swapped(ring));
+            }
+        }
+        next.push(swapped(self.0.last().map_or(&[][..], |r| r.as_slice())));
+        Rings(next)
+    }
+
+    /// The twin `replacing(old, new)` added for `ring`: the ring a layout on `ring` moves to
+    /// once its object on `old` is on `new`.
+    pub fn twin(&self, ring: u16, old: u32, new: u32) -> Option<u16> {
+        let from = self.ring(ring)?;
+        let want: Vec<u32> = from
+            .iter()
+            .map(|&d| if d == old { new } else { d })
+            .collect();
+        if !from.contains(&old) {
+            return None;
+        }
+        (ring as usize + 1..self.0.len())
+            .rev()
+            .find(|&j| self.0[j] == want)
+            .map(|j| j as u16)
+    }
 }
 
 /// One slot's share of a request: a contiguous object range, gathered from or scattered to
@@ -233,6 +266,44 @@ impl Layout {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_replaced_device_is_swapped_in_twins_of_its_rings_and_slots_keep_their_places() {
+        // Ring 0 at mkfs, ring 1 after device 3 joined.
+        let rings = Rings::initial(3).with_device(3);
+        let next = rings.replacing(1, 4);
+        assert_eq!(
+            next.0,
+            [
+                vec![0, 1, 2],
+                vec![0, 1, 2, 3],
+                vec![0, 4, 2],
+                vec![0, 4, 2, 3]
+            ]
+        );
+        assert_eq!(next.current(), 3);
+        assert_eq!(next.twin(0, 1, 4), Some(2));
+        assert_eq!(next.twin(1, 1, 4), Some(3));
+        assert_eq!(next.twin(2, 1, 4), None, "the twin has no old device");
+        let l = Layout {
+            ring: 1,
+            ..Layout::new(65536, 3, 3)
+        };
+        let moved = Layout { ring: 3, ..l };
+        for slot in 0..3 {
+            let (a, b) = (
+                next.device_of_slot(&l, slot),
+                next.device_of_slot(&moved, slot),
+            );
+            assert_eq!(if a == 1 { 4 } else { a }, b, "slot {slot}");
+        }
+        // Replacing a device the current ring no longer has (being drained): the current
+        // ring stays current.
+        let drained = Rings(vec![vec![0, 1, 2], vec![0, 2]]);
+        let next = drained.replacing(1, 3);
+        assert_eq!(next.0.last().unwrap(), &vec![0, 2]);
+        assert_eq!(next.twin(0, 1, 3), Some(2));
+    }
 
     #[test]
     fn the_largest_file_keeps_every_object_within_the_device_limit() {

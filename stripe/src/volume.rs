@@ -22,9 +22,11 @@ use uuid::Uuid;
 mod devices;
 mod extents;
 mod grow;
+mod replace;
 use devices::{Device, DeviceSet};
 pub use devices::{DeviceHealth, Fault, MAX_DEVICES};
 pub use extents::Seek;
+pub use replace::Copied;
 
 /// How many objects may keep open files before idle ones are closed.
 const OPEN_OBJECTS: usize = 1024;
@@ -130,6 +132,8 @@ pub struct Volume {
     engine: OnceLock<IoEngine>,
     /// The largest object file every device's filesystem accepts.
     max_object_len: AtomicU64,
+    /// Changes to the objects of a device being replaced.
+    watch: replace::Watch,
 }
 
 /// What one device can hold, from statvfs.
@@ -190,6 +194,7 @@ impl Volume {
             uuid,
             open: DashMap::new(),
             engine: OnceLock::new(),
+            watch: Default::default(),
         })
     }
 
@@ -505,6 +510,10 @@ impl Volume {
         } = req;
         self.set
             .note_error(dev, write, self.set.admit(dev, write, io))?;
+        if write {
+            self.watch
+                .note(dev, ino, io.obj_offset, io.obj_offset + io.len());
+        }
         let opened = self.object(objs, dev, ino, write);
         let Some(file) = self.set.note_error(dev, write, opened)? else {
             for &(o, l) in &io.segments {
@@ -691,6 +700,7 @@ impl Volume {
                 let want = layout.object_len(size, slot);
                 let have = f.metadata().map_err(|e| self.io_err(dev, e))?.len();
                 if have > want {
+                    self.watch.note(dev, ino, want, have);
                     f.set_len(want).map_err(|e| self.io_err(dev, e))?;
                 }
             }
@@ -728,6 +738,8 @@ impl Volume {
                     before.push((dev, had));
                 }
                 let f = self.object(&objs, dev, ino, true)?.expect("created");
+                self.watch
+                    .note(dev, ino, io.obj_offset, io.obj_offset + io.len());
                 // SAFETY: plain syscall on an owned descriptor.
                 let r = unsafe {
                     libc::fallocate(f.as_raw_fd(), mode, io.obj_offset as i64, io.len() as i64)
@@ -747,6 +759,7 @@ impl Volume {
     fn give_back(&self, objs: &Objects, ino: u64, before: &[(usize, u64)]) {
         for &(dev, had) in before {
             if let Ok(Some(f)) = self.object(objs, dev, ino, false) {
+                self.watch.note(dev, ino, had, u64::MAX);
                 let _ = f.set_len(had);
                 // Blocks kept past the end (FALLOC_FL_KEEP_SIZE) go too.
                 // SAFETY: plain syscall on an owned descriptor.

@@ -91,6 +91,7 @@ impl Volume {
                 let (slot, dst_off) = to_layout.map(at);
                 debug_assert_eq!(slot, io.slot);
                 let out = self.object(&dst, dst_dev, to, true)?.expect("created");
+                self.watch.note(dst_dev, to, dst_off, dst_off + io.len());
                 let copied = match self.object(&src, src_dev, from, false)? {
                     Some(f) => copy_extents(&f, io.obj_offset, &out, dst_off, io.len()),
                     None => punch(&out, dst_off, io.len()),
@@ -130,6 +131,7 @@ impl Volume {
                 continue;
             };
             let out = self.object(&dst, dev, to, true)?.expect("created");
+            self.watch.note(dev, to, 0, u64::MAX);
             let copied = (|| {
                 let have = f.metadata()?.len();
                 copy_extents(&f, 0, &out, 0, at.min(have))?;

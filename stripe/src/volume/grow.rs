@@ -16,6 +16,19 @@ impl Volume {
     /// Adds the empty directory `path` to the volume as its next device, online; returns its
     /// id. Files keep their layouts; new files go on a ring that holds the new device.
     pub fn add_device(&self, path: &Path) -> Result<usize> {
+        self.join_device(path, |rings, id| rings.with_device(id))
+    }
+
+    /// Adds the empty directory `path` as the device that takes device `old`'s place: every
+    /// ring holding `old` gains a twin with the new device in its place (new files use the
+    /// current ring's twin at once). Each file then moves to its ring's twin once its object
+    /// on `old` is copied over (`copy_object`), and `old` retires when no file is left on it.
+    pub fn add_replacement(&self, old: usize, path: &Path) -> Result<usize> {
+        self.member(old)?;
+        self.join_device(path, |rings, id| rings.replacing(old as u32, id))
+    }
+
+    fn join_device(&self, path: &Path, rings: impl FnOnce(&Rings, u32) -> Rings) -> Result<usize> {
         let mut set_sb = self.descriptor.lock();
         self.all_healthy()?;
         let id = self.set.len();
@@ -57,7 +70,7 @@ impl Volume {
             pending: true,
             generation: set_sb.generation + 1,
             device_count: id as u32 + 1,
-            rings: set_sb.rings().with_device(id as u32).0,
+            rings: rings(&set_sb.rings(), id as u32).0,
             paths: self
                 .set
                 .iter()
