@@ -78,7 +78,8 @@ fn objects_on(device: &Path) -> (u64, u64) {
 fn failure(path: &Path, mountpoint: &Path) -> (String, String) {
     let remount = format!(
         "bring it back at {p}, then `stripefs umount {m}` and mount again; until then reads \
-         and writes of the files with pieces on it fail with EIO",
+         and writes of the files with pieces on it fail with EIO (gone for good: `stripefs \
+         device replace {m} DEV NEWDIR` puts a new directory in its place, its data lost)",
         p = path.display(),
         m = mountpoint.display()
     );

@@ -799,3 +799,84 @@ fn a_replace_killed_at_each_step_loses_nothing() {
         v.umount();
     }
 }
+
+/// A device gone while mounted is replaced by an empty directory: every range it held is
+/// reported lost (and reads as zeros), and the volume is whole again: writable, fsck clean,
+/// mounting without it.
+#[test]
+fn a_vanished_device_is_replaced_and_all_it_held_is_reported_lost() {
+    let mut v = TestVolume::new(3, "64K", "");
+    v.mount();
+    let files = fill_for_rebalance(&v);
+    let mut want: Vec<(String, u64, u64)> = Vec::new();
+    for (name, data) in &files {
+        let devs = devices_of(&v.path(name));
+        let Some(slot) = devs.iter().position(|&d| d == 1) else {
+            continue;
+        };
+        let (w, n) = (devs.len() as u64, data.len() as u64);
+        let mut k = slot as u64;
+        while k * 65536 < n {
+            let (at, end) = (k * 65536, ((k + 1) * 65536).min(n));
+            match want.last_mut() {
+                Some(last) if last.0 == format!("/{name}") && last.1 + last.2 == at => {
+                    last.2 += end - at
+                }
+                _ => want.push((format!("/{name}"), at, end - at)),
+            }
+            k += w;
+        }
+    }
+    let gone = v.root.path().join("d1.gone");
+    std::fs::rename(&v.devices[1], &gone).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+        if s["devices"][1]["state"] == "failed" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "device 1 never marked failed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let new = new_device(&v, "new1");
+    let out = stripefs(&[
+        "device",
+        "replace",
+        v.mnt_str(),
+        "1",
+        new.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut got: Vec<(String, u64, u64)> = p["lost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let s = |k: &str| l[k].as_u64().unwrap();
+            (
+                l["path"].as_str().unwrap().to_string(),
+                s("offset"),
+                s("len"),
+            )
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(removed_ids(&v), serde_json::json!([1]));
+    // Whole again: every file reads (zeros where device 1 was) and takes writes.
+    for (name, _) in &files {
+        std::fs::read(v.path(name)).unwrap();
+    }
+    std::fs::write(v.path("wide0"), b"new life").unwrap();
+    v.umount();
+    v.assert_fsck_clean("after replacing a vanished device");
+    v.mount();
+    assert_eq!(std::fs::read(v.path("wide0")).unwrap(), b"new life");
+}

@@ -16,21 +16,30 @@ impl Volume {
     /// Adds the empty directory `path` to the volume as its next device, online; returns its
     /// id. Files keep their layouts; new files go on a ring that holds the new device.
     pub fn add_device(&self, path: &Path) -> Result<usize> {
-        self.join_device(path, |rings, id| rings.with_device(id))
+        self.join_device(path, None, |rings, id| rings.with_device(id))
     }
 
     /// Adds the empty directory `path` as the device that takes device `old`'s place: every
     /// ring holding `old` gains a twin with the new device in its place (new files use the
     /// current ring's twin at once). Each file then moves to its ring's twin once its object
     /// on `old` is copied over (`copy_object`), and `old` retires when no file is left on it.
+    /// `old` may have failed: what it cannot give is lost, the rest of the volume is whole
+    /// again.
     pub fn add_replacement(&self, old: usize, path: &Path) -> Result<usize> {
         self.member(old)?;
-        self.join_device(path, |rings, id| rings.replacing(old as u32, id))
+        self.join_device(path, Some(old), |rings, id| rings.replacing(old as u32, id))
     }
 
-    fn join_device(&self, path: &Path, rings: impl FnOnce(&Rings, u32) -> Rings) -> Result<usize> {
+    /// Adds `path` as the next device; `rings` makes the next rings from the current ones
+    /// and its id. Every member but `failing` must be healthy.
+    fn join_device(
+        &self,
+        path: &Path,
+        failing: Option<usize>,
+        rings: impl FnOnce(&Rings, u32) -> Rings,
+    ) -> Result<usize> {
         let mut set_sb = self.descriptor.lock();
-        self.all_healthy()?;
+        self.all_healthy(failing)?;
         let id = self.set.len();
         if id >= MAX_DEVICES {
             return Err(StripeError::Devices(format!(
@@ -113,16 +122,17 @@ impl Volume {
         Ok(id)
     }
 
-    /// Refuses a change of the set while a member has failed or is missing.
-    fn all_healthy(&self) -> Result<()> {
-        match self
-            .set
-            .iter()
-            .find(|d| !d.removed() && (d.info.missing || d.health.failed.load(Relaxed)))
-        {
+    /// Refuses a change of the set while a member (other than `but`) has failed or is
+    /// missing.
+    fn all_healthy(&self, but: Option<usize>) -> Result<()> {
+        match self.set.iter().find(|d| {
+            !d.removed()
+                && Some(d.info.index) != but
+                && (d.info.missing || d.health.failed.load(Relaxed))
+        }) {
             Some(d) => Err(StripeError::Devices(format!(
                 "device {} ({}) has failed or is missing: the device set does not change \
-                 until it is replaced",
+                 until it is replaced (`stripefs device replace`)",
                 d.info.index,
                 d.info.path.display()
             ))),
@@ -164,11 +174,10 @@ impl Volume {
         except: Option<usize>,
         #[allow(unused_variables)] point: &'static str, // a fault point's name
     ) -> Result<()> {
-        for d in self
-            .set
-            .iter()
-            .filter(|d| !d.removed() && Some(d.info.index) != except)
-        {
+        // A failed device (one being replaced) cannot be written: it is left behind.
+        for d in self.set.iter().filter(|d| {
+            !d.removed() && Some(d.info.index) != except && !self.set.failed(d.info.index)
+        }) {
             let i = d.info.index;
             write_superblock(&d.info.path, &next.as_device(i as u32))
                 .map_err(|e| self.io_err(i, e))?;
@@ -200,7 +209,7 @@ impl Volume {
     pub fn drain(&self, id: usize) -> Result<()> {
         let mut set_sb = self.descriptor.lock();
         self.member(id)?;
-        self.all_healthy()?;
+        self.all_healthy(None)?;
         let rings = set_sb.rings();
         let current = rings.ring(rings.current()).unwrap_or(&[]);
         if !current.contains(&(id as u32)) {
@@ -265,7 +274,12 @@ impl Volume {
         // The others first: a crash before the device lets go is finished at mount.
         let written = self
             .write_set(&next, Some(id), "device.remove-superblock")
-            .and_then(|()| retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e)));
+            .and_then(|()| match self.set.failed(id) {
+                // A failed device (replaced) cannot be told: the others' superblocks say it
+                // left, and a copy of it that comes back is an old one.
+                true => Ok(()),
+                false => retire_superblock(&dev.info.path).map_err(|e| self.io_err(id, e)),
+            });
         if let Err(e) = written {
             self.write_back(&set_sb);
             return Err(e);
