@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Volume life figures: a rebalance after a device joins, against `stripefs migrate` of the same
-# files and a plain `cp` of the same bytes between two backing directories; and foreground
-# fio RND4K Q32T1 randread IOPS (libaio, direct) on the volume while the rebalance runs, as a
-# ratio to the same test without it. Knobs: SFS (binary), STORE (where the device directories
+# files and a plain `cp` of the same bytes between two backing directories; a `device replace`
+# of one device; and foreground fio RND4K Q32T1 randread IOPS (libaio, direct) on the volume
+# while the rebalance (and the replace) runs, as a ratio to the same test without it. Knobs: SFS (binary), STORE (where the device directories
 # go; default /dev/shm), FILES x FILE_MB (the data), RUNTIME (fio seconds).
 set -u
 SFS=${SFS:-$(pwd)/target/release/stripefs}
@@ -65,9 +65,21 @@ wait
 reb_mbps=$(python3 -c "import json; p=json.load(open('$R/reb.json')); print('%.0f' % (p['bytes_moved']/1e6/p['elapsed_secs']))")
 moved=$(python3 -c "import json; p=json.load(open('$R/reb.json')); print(p['state'], p['files_done'], 'files', p['bytes_moved'], 'bytes', '%.1f s' % p['elapsed_secs'])")
 
+# replace of device 1 by an empty directory, and fio while it runs.
+volume rep
+mkdir -p $R/rep/d4
+"$SFS" device replace $R/rep/mnt 1 $R/rep/d4 --json > $R/rep.json &
+sleep 0.5
+rep_iops=$(fio_iops $R/rep/mnt)
+wait
+rep_mbps=$(python3 -c "import json; p=json.load(open('$R/rep.json')); print('%.0f' % (p['bytes_moved']/1e6/p['elapsed_secs']))")
+replaced=$(python3 -c "import json; p=json.load(open('$R/rep.json')); print(p['state'], p['files_done'], 'files', p['bytes_moved'], 'bytes', '%.1f s' % p['elapsed_secs'])")
+
 echo "store $STORE, $FILES files x $FILE_MB MB, 3 devices + 1 added, stripe 64K"
 echo "cp between backing dirs : $cp_mbps MB/s"
 echo "migrate, file by file   : $mig_mbps MB/s"
 echo "rebalance (in daemon)   : $reb_mbps MB/s ($moved)"
 echo "RND4K Q32T1 read, quiet : $quiet_iops IOPS"
 echo "... during rebalance    : $busy_iops IOPS (ratio $(python3 -c "print('%.2f' % ($busy_iops / $quiet_iops))"))"
+echo "replace of device 1     : $rep_mbps MB/s ($replaced)"
+echo "... RND4K Q32T1 during  : $rep_iops IOPS (ratio $(python3 -c "print('%.2f' % ($rep_iops / $quiet_iops))"))"
