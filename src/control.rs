@@ -754,19 +754,18 @@ fn set(engine: &Arc<Engine>, caller: Caller, ino: u64, key: Key, value: &[u8]) -
                     }
                 }
                 Some(("replace", rest)) => {
-                    let mut words = rest.split_whitespace();
-                    let id = words.next().and_then(|w| w.parse::<usize>().ok());
-                    let dir = words.next().filter(|d| d.starts_with('/'));
-                    let limit = words.next().map(|w| match w.split_once('=') {
-                        Some(("max_mbps", v)) => v.parse::<u64>().ok(),
-                        _ => None,
-                    });
-                    match (id, dir, limit, words.next()) {
-                        (Some(id), Some(dir), None, None) => {
-                            engine.replace_device(id, std::path::Path::new(dir), None)
-                        }
-                        (Some(id), Some(dir), Some(Some(m)), None) => {
-                            engine.replace_device(id, std::path::Path::new(dir), Some(m))
+                    // `ID /path [max_mbps=N]`: the path is the rest (it may hold spaces).
+                    let (rest, limit) = match rest.rsplit_once(' ') {
+                        Some((head, w)) if w.starts_with("max_mbps=") => (head, Some(w)),
+                        _ => (rest, None),
+                    };
+                    let limit = limit.map(|w| w["max_mbps=".len()..].parse::<u64>().ok());
+                    match (rest.split_once(' '), limit) {
+                        (Some((id, dir)), None | Some(Some(_)))
+                            if dir.starts_with('/') && id.parse::<usize>().is_ok() =>
+                        {
+                            let id = id.parse::<usize>().unwrap_or_default();
+                            engine.replace_device(id, std::path::Path::new(dir), limit.flatten())
                         }
                         _ => refuse(
                             libc::EINVAL,

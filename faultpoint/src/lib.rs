@@ -38,6 +38,7 @@ pub const POINTS: &[&str] = &[
     "device.remove-superblock",
     "replace.copied",
     "replace.moved",
+    "volume.write-noted",
 ];
 
 /// Points the generic suite (tests/faultpoints.rs) leaves to their own tests: those whose
@@ -55,6 +56,7 @@ pub const OWN_TESTS: &[&str] = &[
     "device.remove-superblock",
     "replace.copied",
     "replace.moved",
+    "volume.write-noted",
 ];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would

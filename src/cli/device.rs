@@ -168,7 +168,7 @@ pub fn replace(
             "rebalance",
         ))
     })?;
-    if !json && code == 0 {
+    if !json && matches!(code, 0 | 3) {
         println!(
             "{}: device {id} was replaced by {}",
             root.display(),
@@ -179,7 +179,8 @@ pub fn replace(
 }
 
 /// Watches the daemon's rebalance (or removal, or replacement) at `dir` until it ends; Ctrl-C
-/// asks whether to `stop` it or leave it running. Exit status: 1 failed, 3 data lost.
+/// asks whether to `stop` it or leave it running. Exit status: 1 failed, 2 stopped (or
+/// paused by an unmount) before its end, 3 done with data lost.
 fn watch(dir: &Path, json: bool, stop: impl Fn() -> Result<()>) -> Result<i32> {
     use std::io::IsTerminal;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,6 +211,7 @@ fn watch(dir: &Path, json: bool, stop: impl Fn() -> Result<()>) -> Result<i32> {
             let lost = p["lost"].as_array().is_some_and(|l| !l.is_empty());
             return Ok(match (p["state"].as_str(), lost) {
                 (Some("failed"), _) => 1,
+                (Some("stopped"), _) => 2,
                 (_, true) => 3,
                 _ => 0,
             });

@@ -796,7 +796,8 @@ pub enum DeviceAction {
         stop it); an unmount or a crash pauses it and the next mount goes on with it. The \
         device holding the namespace store cannot be replaced. Root or the mounter.\n\n\
         Exit status: 0 done, every byte copied; 1 failed (some files are still on OLD, which \
-        stays); 3 done, but ranges were lost (listed).\n\n\
+        stays); 2 stopped before its end (it goes on when asked again); 3 done, but ranges \
+        were lost (listed).\n\n\
         Example:\n  stripefs device replace /mnt/vol 2 /disks/new2"
     )]
     Replace {

@@ -100,8 +100,13 @@ struct Wish {
     removing: Option<usize>,
     #[serde(default)]
     replacing: Option<(usize, usize)>,
-    /// What the run lost so far (a replacement's report, kept across a remount).
-    #[serde(default)]
+}
+
+/// A replacement's report of lost ranges, kept beside the namespace until another
+/// replacement starts: across a remount, a stop and a new run of the same replacement.
+#[derive(Serialize, Deserialize)]
+struct LostReport {
+    replacing: (usize, usize),
     lost: Vec<LostRange>,
 }
 
@@ -205,6 +210,10 @@ fn wish_path(engine: &Engine) -> PathBuf {
     crate::engine::meta_dir(&engine.config).join("rebalance.json")
 }
 
+fn lost_path(engine: &Engine) -> PathBuf {
+    crate::engine::meta_dir(&engine.config).join("replace-lost.json")
+}
+
 impl Engine {
     /// Starts a rebalance of the tree under `root` (or, running already, sets its limit).
     pub fn rebalance(self: &Arc<Self>, root: u64, max_mbps: Option<u64>) -> Result<()> {
@@ -245,10 +254,9 @@ impl Engine {
                 Job::Replace { old, new } => Some((old, new)),
                 _ => None,
             },
-            lost: Vec::new(),
         };
         self.keep_wish(&wish)?;
-        self.start_rebalance(root, job, Vec::new());
+        self.start_rebalance(root, job);
         Ok(())
     }
 
@@ -258,12 +266,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Adds a file's lost ranges to the report, in the progress and in the wish (so a run
-    /// resumed after a remount still reports them).
-    pub(super) fn note_lost(&self, lost: Vec<LostRange>) {
+    /// Adds a file's lost ranges (file offsets) to the replacement's report, durably, and
+    /// to the progress.
+    pub(super) fn note_lost(&self, ino: u64, ranges: &[(u64, u64)]) -> Result<()> {
+        let path = self.file_path(ino);
+        let lost: Vec<LostRange> = ranges
+            .iter()
+            .map(|&(a, b)| LostRange {
+                ino,
+                path: path.clone(),
+                offset: a,
+                len: b - a,
+            })
+            .collect();
         for l in &lost {
             log::error!(
-                "device replace: {} (inode {}): bytes {}..{} could not be read from the old                  device; they read as zeros now",
+                "device replace: {} (inode {}): bytes {}..{} could not be read from the old \
+                 device; they read as zeros now",
                 l.path,
                 l.ino,
                 l.offset,
@@ -271,16 +290,28 @@ impl Engine {
             );
         }
         let mut p = self.rebalancer.progress.lock();
+        let Some(replacing) = p.replacing else {
+            return Ok(());
+        };
+        // A file tried again (its move failed after its report) is not reported twice.
+        p.lost.retain(|l| l.ino != ino);
         p.lost.extend(lost);
-        let wish = std::fs::read(wish_path(self))
+        let report = LostReport {
+            replacing,
+            lost: p.lost.clone(),
+        };
+        let text = serde_json::to_vec(&report).map_err(|e| Error::Store(e.to_string()))?;
+        mountcfg::edit::replace_durably(&lost_path(self), &text)?;
+        Ok(())
+    }
+
+    /// What earlier runs of the replacement `replacing` lost.
+    fn lost_before(&self, replacing: (usize, usize)) -> Vec<LostRange> {
+        std::fs::read(lost_path(self))
             .ok()
-            .and_then(|t| serde_json::from_slice::<Wish>(&t).ok());
-        if let Some(mut wish) = wish {
-            wish.lost = p.lost.clone();
-            if let Err(e) = self.keep_wish(&wish) {
-                log::error!("the report of lost ranges could not be kept: {e}");
-            }
-        }
+            .and_then(|t| serde_json::from_slice::<LostReport>(&t).ok())
+            .filter(|r| r.replacing == replacing)
+            .map_or_else(Vec::new, |r| r.lost)
     }
 
     /// Stops a running rebalance, and forgets it (the next mount does not go on with it).
@@ -305,7 +336,7 @@ impl Engine {
             Ok(w) if self.ns.get(w.root).is_ok() => {
                 log::info!("going on with the rebalance the last mount left unfinished");
                 self.rebalancer.max_mbps.store(w.max_mbps, Relaxed);
-                self.start_rebalance(w.root, w.job(), w.lost);
+                self.start_rebalance(w.root, w.job());
             }
             _ => {
                 log::warn!(
@@ -317,7 +348,7 @@ impl Engine {
         }
     }
 
-    fn start_rebalance(self: &Arc<Self>, root: u64, job: Job, lost: Vec<LostRange>) {
+    fn start_rebalance(self: &Arc<Self>, root: u64, job: Job) {
         let r = &self.rebalancer;
         r.stop.store(false, Relaxed);
         *r.job.lock() = Some(job);
@@ -336,7 +367,10 @@ impl Engine {
             },
             max_mbps: r.max_mbps.load(Relaxed),
             runs_ended,
-            lost,
+            lost: match job {
+                Job::Replace { old, new } => self.lost_before((old, new)),
+                _ => Vec::new(),
+            },
             ..Progress::default()
         };
         let engine = self.clone();

@@ -11,12 +11,12 @@
 //!
 //! It runs as the rebalancer's job (progress, `--max-mbps`, stop, resume after a remount).
 
-use super::rebalance::{Job, LostRange};
+use super::rebalance::Job;
 use crate::control::refuse;
 use crate::engine::io_error;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use parking_lot::RwLockUpgradableReadGuard;
+use parking_lot::{RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -129,7 +129,6 @@ impl Engine {
             .collect();
         files.sort_unstable();
         r.set_totals(files.len() as u64, files.iter().map(|f| f.1).sum());
-        self.volume.watch_changes(Some(old));
         for (ino, bytes) in files {
             if r.stopping() {
                 break;
@@ -143,22 +142,7 @@ impl Engine {
                 !r.stopping()
             });
             match moved {
-                Ok(lost) => {
-                    r.file_done(before + bytes);
-                    if !lost.is_empty() {
-                        let path = self.file_path(ino);
-                        self.note_lost(
-                            lost.into_iter()
-                                .map(|(a, b)| LostRange {
-                                    ino,
-                                    path: path.clone(),
-                                    offset: a,
-                                    len: b - a,
-                                })
-                                .collect(),
-                        );
-                    }
-                }
+                Ok(_) => r.file_done(before + bytes),
                 Err(e) => {
                     r.progress.lock().bytes_moved = before;
                     if r.file_failed(ino, e) {
@@ -167,11 +151,10 @@ impl Engine {
                 }
             }
         }
-        self.volume.watch_changes(None);
     }
 
     /// Copies file `ino`'s object on `old` to `new`, and moves the file there in one commit.
-    /// Returns the file ranges `old` could not give (holes now).
+    /// Returns the file ranges `old` could not give (holes now; reported before the move).
     fn replace_file(
         &self,
         ino: u64,
@@ -180,8 +163,9 @@ impl Engine {
         pace: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Vec<(u64, u64)>> {
         let lock = self.io_lock(ino);
-        // Reads and writes go on meanwhile; a truncate or a move of the file waits.
-        let shared = lock.upgradable_read();
+        // Alone a moment: the watch starts with nothing of this file in flight, nothing held
+        // dirty by the cache.
+        let alone = lock.write();
         let (inode, layout) = self.file(ino)?;
         let rings = self.volume.rings();
         let Some(slot) = rings.slot_of_device(&layout, old) else {
@@ -197,55 +181,86 @@ impl Engine {
             })?;
         let object = inode.object;
         let expected = layout.object_len(inode.size, slot);
+        let _watching = Watching::start(&self.volume, old, object);
+        self.flush_cached(object)?;
+        // Reads and writes go on while it is copied; a truncate or a move of the file waits.
+        let shared = RwLockWriteGuard::downgrade_to_upgradable(alone);
         let copy = |ranges: Option<&[(u64, u64)]>, pace: &mut dyn FnMut(u64) -> bool| {
             self.volume
                 .copy_object(object, old, new, ranges, expected, pace)
         };
-        self.volume.take_changes(object);
         let mut lost = copy(None, pace)?.lost;
-        let catch_up = |lost: &mut Vec<(u64, u64)>, pace: &mut dyn FnMut(u64) -> bool| {
-            let changed = self.volume.take_changes(object);
-            if changed.is_empty() {
-                return Ok::<bool, Error>(false);
-            }
-            let again = copy(Some(&changed), pace)?;
+        let mut changed_since = Vec::new();
+        let again = |ranges: &[(u64, u64)],
+                     lost: &mut Vec<(u64, u64)>,
+                     pace: &mut dyn FnMut(u64) -> bool| {
+            let copied = copy(Some(ranges), pace)?;
             // Written since: no longer lost, unless unreadable again.
-            *lost = subtract(lost, &changed);
-            lost.extend(again.lost);
-            Ok(true)
+            *lost = subtract(lost, ranges);
+            lost.extend(copied.lost);
+            Ok::<(), Error>(())
         };
         for _ in 0..CATCH_UP_PASSES {
-            if !catch_up(&mut lost, pace)? {
+            let changed = self.volume.take_changes();
+            if changed.is_empty() {
                 break;
             }
+            again(&changed, &mut lost, pace)?;
+            changed_since.extend(changed);
         }
         let _alone = RwLockUpgradableReadGuard::upgrade(shared);
-        if let Some((_, cache)) = self.cached() {
-            // What the cache holds dirty goes to `old` now (noted), not after the move.
-            cache.flush_object(object).map_err(io_error)?;
+        self.flush_cached(object)?;
+        self.volume.wait_for_noted_writes();
+        // Everything changed since the copy began, once more: a write noted before a pass
+        // may have reached the device only after that pass read the range.
+        changed_since.extend(self.volume.take_changes());
+        let all = stripe::merged(changed_since);
+        if !all.is_empty() {
+            again(&all, &mut lost, &mut |_| true)?;
         }
-        catch_up(&mut lost, &mut |_| true)?;
         self.volume.settle_copy(object, old, new, expected)?;
         faultpoint::fault_point!("replace.copied");
+        lost = stripe::merged(lost);
+        let lost_in_file = file_ranges(&layout, slot, &lost, inode.size);
+        if !lost_in_file.is_empty() {
+            // Kept before the move: a crash right after it must not forget them.
+            self.note_lost(ino, &lost_in_file)?;
+        }
         let moved = Layout {
             ring: twin,
             ..layout
         };
         self.ns.relayout(ino, moved)?;
         self.volume.set_layout(object, moved);
-        self.commit()?;
+        if let Err(e) = self.commit() {
+            // Not durable: the file stays on `old`, in memory too.
+            self.ns.relayout(ino, layout)?;
+            self.volume.set_layout(object, layout);
+            return Err(e);
+        }
         faultpoint::fault_point!("replace.moved");
         drop(_alone);
-        if let Err(e) = self.volume.remove_from(old, object) {
-            // Left behind on a device that leaves the set anyway.
-            log::warn!("device {old}: the old copy of object {object} stays: {e}");
+        if lost.is_empty() {
+            if let Err(e) = self.volume.remove_from(old, object) {
+                // Left behind on a device that leaves the set anyway.
+                log::warn!("device {old}: the old copy of object {object} stays: {e}");
+            }
         }
-        lost.sort_unstable();
-        Ok(file_ranges(&layout, slot, &lost, inode.size))
+        // With ranges lost, the old copy stays on the old device for recovery tools.
+        Ok(lost_in_file)
+    }
+
+    /// Writes back what the cache holds dirty of `object` (and waits for a write-back of it
+    /// in flight), so the devices hold all of it.
+    fn flush_cached(&self, object: u64) -> Result<()> {
+        if let Some((_, cache)) = self.cached() {
+            cache.flush_object(object).map_err(io_error)?;
+        }
+        Ok(())
     }
 
     /// One of the file's paths (`<inode N>` for a file with none left).
-    fn file_path(&self, ino: u64) -> String {
+    pub(super) fn file_path(&self, ino: u64) -> String {
         match self.ns.names_of(ino).first() {
             Some((dir, name)) => {
                 let dir = crate::caching::path_of(&self.ns, *dir);
@@ -254,6 +269,22 @@ impl Engine {
             }
             None => format!("<inode {ino}>"),
         }
+    }
+}
+
+/// The volume's watch on one object, stopped however the copy ends.
+struct Watching<'a>(&'a stripe::Volume);
+
+impl<'a> Watching<'a> {
+    fn start(volume: &'a stripe::Volume, device: usize, object: u64) -> Watching<'a> {
+        volume.watch_changes(Some((device, object)));
+        Watching(volume)
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        self.0.watch_changes(None);
     }
 }
 

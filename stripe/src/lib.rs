@@ -22,6 +22,6 @@ pub use error::{Result, StripeError};
 pub use io::IoBuf;
 pub use layout::{Layout, Rings, SlotIo};
 pub use volume::{
-    statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume, DEFAULT_IO_THREADS,
-    MAX_DEVICES,
+    merged, statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume,
+    DEFAULT_IO_THREADS, MAX_DEVICES,
 };

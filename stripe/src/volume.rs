@@ -26,7 +26,7 @@ mod replace;
 use devices::{Device, DeviceSet};
 pub use devices::{DeviceHealth, Fault, MAX_DEVICES};
 pub use extents::Seek;
-pub use replace::Copied;
+pub use replace::{merged, Copied};
 
 /// How many objects may keep open files before idle ones are closed.
 const OPEN_OBJECTS: usize = 1024;
@@ -132,8 +132,8 @@ pub struct Volume {
     engine: OnceLock<IoEngine>,
     /// The largest object file every device's filesystem accepts.
     max_object_len: AtomicU64,
-    /// Changes to the objects of a device being replaced.
-    watch: replace::Watch,
+    /// Changes to the object being copied off a device being replaced.
+    watch: Arc<replace::Watch>,
 }
 
 /// What one device can hold, from statvfs.
@@ -510,10 +510,6 @@ impl Volume {
         } = req;
         self.set
             .note_error(dev, write, self.set.admit(dev, write, io))?;
-        if write {
-            self.watch
-                .note(dev, ino, io.obj_offset, io.obj_offset + io.len());
-        }
         let opened = self.object(objs, dev, ino, write);
         let Some(file) = self.set.note_error(dev, write, opened)? else {
             for &(o, l) in &io.segments {
@@ -545,6 +541,16 @@ impl Volume {
                 .map(|e| e.book(write, ino, io.obj_offset, io.len())),
         };
         let (set, join) = (self.set.clone(), join.clone());
+        // Noted last, when nothing can fail before the op runs: its end is always told.
+        let noted = write
+            && self
+                .watch
+                .note_write(dev, ino, io.obj_offset, io.obj_offset + io.len());
+        if noted {
+            // Tests widen the window between a write's note and its landing.
+            let _ = faultpoint::check("volume.write-noted");
+        }
+        let watch = noted.then(|| self.watch.clone());
         join.add();
         Ok(Some(Box::new(DevOp {
             device: dev,
@@ -558,6 +564,9 @@ impl Volume {
             counted: None,
             on_done: Some(Box::new(move |r: io::Result<()>| {
                 let r = r.map_err(|e| set.io_err(dev, e));
+                if let Some(w) = watch {
+                    w.write_done();
+                }
                 join.piece_done(set.note_error(dev, write, r));
             })),
         })))

@@ -165,7 +165,7 @@ fn first_object_offset(layout: &Layout, slot: u32, offset: u64) -> u64 {
 
 /// lseek SEEK_DATA / SEEK_HOLE on one object file; `None` for ENXIO (no data past `from`,
 /// or `from` past its end, which is a hole: then `from` itself for SEEK_HOLE).
-fn seek_file(f: &File, from: u64, whence: Seek) -> io::Result<Option<u64>> {
+pub(super) fn seek_file(f: &File, from: u64, whence: Seek) -> io::Result<Option<u64>> {
     let how = match whence {
         Seek::Data => libc::SEEK_DATA,
         Seek::Hole => libc::SEEK_HOLE,
@@ -252,7 +252,7 @@ fn copy_by_reading(src: &File, from: u64, dst: &File, to: u64, len: u64) -> io::
 }
 
 /// Makes `[offset, offset + len)` of an object a hole (its length unchanged).
-fn punch(f: &File, offset: u64, len: u64) -> io::Result<()> {
+pub(super) fn punch(f: &File, offset: u64, len: u64) -> io::Result<()> {
     if len == 0 || offset >= f.metadata()?.len() {
         return Ok(());
     }

@@ -8,8 +8,8 @@
 //! block, and the blocks that still fail are left as holes on the new device and reported
 //! (object ranges: the caller names the files and their ranges).
 
+use super::extents::{punch, seek_file};
 use super::*;
-use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 
 /// What is copied and retried at once.
@@ -19,34 +19,51 @@ const BLOCK: u64 = 4096;
 /// Reads of a range that failed, before it is given up as lost.
 const ATTEMPTS: u32 = 3;
 
-/// Changes to objects of one device, noted while its objects are copied elsewhere.
+/// Changes to the one object being copied off a device, noted while it is copied.
+#[derive(Default)]
 pub(super) struct Watch {
-    /// The device watched; `usize::MAX`: none (the fast path of every write looks here).
+    /// The device watched, plus one; 0: none (the fast path of every write looks here).
     device: AtomicUsize,
-    /// Per object, the object ranges changed since the caller last took them.
-    changed: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
+    state: Mutex<Watched>,
 }
 
-impl Default for Watch {
-    fn default() -> Watch {
-        Watch {
-            device: AtomicUsize::new(usize::MAX),
-            changed: Mutex::default(),
-        }
-    }
+#[derive(Default)]
+struct Watched {
+    object: u64,
+    /// The object ranges changed since the caller last took them.
+    changed: Vec<(u64, u64)>,
+    /// Writes noted and not yet done.
+    writing: usize,
 }
 
 impl Watch {
-    /// Notes a change of `[start, end)` of `object` on `device` (before it is made: a change
-    /// in flight is always in the list the caller takes next).
-    pub(super) fn note(&self, device: usize, object: u64, start: u64, end: u64) {
-        if self.device.load(Relaxed) == device {
-            self.changed
-                .lock()
-                .entry(object)
-                .or_default()
-                .push((start, end));
+    /// Notes a change of `[start, end)` of `object` on `device`, before it is made (so a
+    /// change in flight is always in the list the caller takes next). True when it was
+    /// noted as a write in flight: `write_done` must follow.
+    pub(super) fn note(&self, device: usize, object: u64, start: u64, end: u64) -> bool {
+        self.noted(device, object, start, end, false)
+    }
+
+    pub(super) fn note_write(&self, device: usize, object: u64, start: u64, end: u64) -> bool {
+        self.noted(device, object, start, end, true)
+    }
+
+    fn noted(&self, device: usize, object: u64, start: u64, end: u64, write: bool) -> bool {
+        if self.device.load(Relaxed) != device + 1 {
+            return false;
         }
+        let mut w = self.state.lock();
+        if w.object != object {
+            return false;
+        }
+        w.changed.push((start, end));
+        w.writing += write as usize;
+        write
+    }
+
+    pub(super) fn write_done(&self) {
+        let mut w = self.state.lock();
+        w.writing = w.writing.saturating_sub(1);
     }
 }
 
@@ -58,31 +75,28 @@ pub struct Copied {
 }
 
 impl Volume {
-    /// Notes every change to objects of `device` from now on (`None`: stops).
-    pub fn watch_changes(&self, device: Option<usize>) {
-        self.watch.changed.lock().clear();
+    /// Notes every change to `object` on `device` from now on (`None`: stops).
+    pub fn watch_changes(&self, target: Option<(usize, u64)>) {
+        let mut w = self.watch.state.lock();
+        *w = Watched {
+            object: target.map_or(0, |t| t.1),
+            ..Watched::default()
+        };
         self.watch
             .device
-            .store(device.unwrap_or(usize::MAX), Relaxed);
+            .store(target.map_or(0, |t| t.0 + 1), Relaxed);
     }
 
-    /// The ranges of `object` changed since the last call (merged, in order).
-    pub fn take_changes(&self, object: u64) -> Vec<(u64, u64)> {
-        let mut ranges = self
-            .watch
-            .changed
-            .lock()
-            .remove(&object)
-            .unwrap_or_default();
-        ranges.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (a, b) in ranges {
-            match merged.last_mut() {
-                Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                _ => merged.push((a, b)),
-            }
+    /// The ranges of the watched object changed since the last call (merged, in order).
+    pub fn take_changes(&self) -> Vec<(u64, u64)> {
+        merged(std::mem::take(&mut self.watch.state.lock().changed))
+    }
+
+    /// Waits until every write to the watched object noted so far is done (on the device).
+    pub fn wait_for_noted_writes(&self) {
+        while self.watch.state.lock().writing > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        merged
     }
 
     /// Copies `object` from device `from` to device `to`: all of it into a fresh object
@@ -137,7 +151,7 @@ impl Volume {
                     start,
                     end.min(len),
                 ) {
-                    punch_or_zero(&out, a, b - a).map_err(|e| self.io_err(to, e))?;
+                    punch(&out, a, b - a).map_err(|e| self.io_err(to, e))?;
                 }
             }
         }
@@ -234,7 +248,7 @@ impl Volume {
                 write(pos, block)?;
                 continue;
             }
-            punch_or_zero(out, pos, block.len() as u64).map_err(|e| self.io_err(to, e))?;
+            punch(out, pos, block.len() as u64).map_err(|e| self.io_err(to, e))?;
             match copied.lost.last_mut() {
                 Some(last) if last.1 == pos => last.1 += block.len() as u64,
                 _ => copied.lost.push((pos, pos + block.len() as u64)),
@@ -268,6 +282,19 @@ impl Volume {
     }
 }
 
+/// `ranges` sorted and merged where they touch.
+pub fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 /// Fills `buf` from `at`, zeros past the end of the file.
 fn read_full(f: &File, at: u64, buf: &mut [u8]) -> io::Result<()> {
     let mut done = 0;
@@ -290,25 +317,19 @@ fn data_extents(f: &File, start: u64, end: u64) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut pos = start;
     while pos < end {
-        let seek = |at: u64, how| {
-            // SAFETY: plain syscall on an owned descriptor.
-            let r = unsafe { libc::lseek(f.as_raw_fd(), at as libc::off_t, how) };
-            (r >= 0)
-                .then_some(r as u64)
-                .ok_or_else(io::Error::last_os_error)
-        };
-        let data = match seek(pos, libc::SEEK_DATA) {
-            Ok(d) => d,
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+        let data = match seek_file(f, pos, Seek::Data) {
+            Ok(Some(d)) if d < end => d,
+            Ok(_) => break,
             Err(_) => {
                 out.push((pos, end));
                 break;
             }
         };
-        if data >= end {
-            break;
-        }
-        let hole = seek(data, libc::SEEK_HOLE).unwrap_or(end).min(end);
+        let hole = seek_file(f, data, Seek::Hole)
+            .ok()
+            .flatten()
+            .unwrap_or(end)
+            .min(end);
         out.push((data, hole));
         pos = hole;
     }
@@ -329,25 +350,6 @@ fn holes_between(extents: &[(u64, u64)], start: u64, end: u64) -> Vec<(u64, u64)
         out.push((pos, end));
     }
     out
-}
-
-/// Makes `[at, at + len)` of `f` read as zeros: a hole where the filesystem can punch one.
-fn punch_or_zero(f: &File, at: u64, len: u64) -> io::Result<()> {
-    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-    // SAFETY: plain syscall on an owned descriptor.
-    if unsafe { libc::fallocate(f.as_raw_fd(), mode, at as i64, len as i64) } == 0 {
-        return Ok(());
-    }
-    let have = f.metadata()?.len();
-    let end = (at + len).min(have);
-    let zeros = vec![0u8; BLOCK as usize];
-    let mut pos = at;
-    while pos < end {
-        let n = (end - pos).min(BLOCK);
-        f.write_all_at(&zeros[..n as usize], pos)?;
-        pos += n;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
