@@ -65,6 +65,9 @@ impl Engine {
             );
         }
         if let Some(new) = self.replacement_joined(old, path) {
+            // Rings made since it stopped get their twins too.
+            self.volume.twin_rings(old, new)?;
+            self.note_generation();
             return self.start_job(crate::namespace::ROOT, max_mbps, Job::Replace { old, new });
         }
         if self.rebalancer.progress().state == "running" {

@@ -117,17 +117,25 @@ impl Rings {
     /// The rings after device `new` takes the place of `old`: each ring holding `old` gains a
     /// twin with `new` in its place (same order, so every slot keeps its object), and the
     /// current ring's twin (or, without `old`, a copy of it) comes last, so new files use it.
-    pub fn replacing(&self, old: u32, new: u32) -> Rings {
-        let mut next = self.0.clone();
+    /// Rings that have their twin already are left alone: `None` when all have one and the
+    /// current ring is without `old` (a replacement asked for again).
+    pub fn replacing(&self, old: u32, new: u32) -> Option<Rings> {
         let swapped =
             |r: &[u32]| -> Vec<u32> { r.iter().map(|&d| if d == old { new } else { d }).collect() };
-        for ring in &self.0 {
-            if ring.contains(&old) && self.0.last() != Some(ring) {
-                next.push(swapped(ring));
-            }
+        let last = self.0.len().checked_sub(1)?;
+        let lacking = |i: usize| {
+            let r = &self.0[i];
+            r.contains(&old) && !r.contains(&new) && self.twin(i as u16, old, new).is_none()
+        };
+        if !(0..self.0.len()).any(lacking) && !self.0[last].contains(&old) {
+            return None;
         }
-        next.push(swapped(self.0.last().map_or(&[][..], |r| r.as_slice())));
-        Rings(next)
+        let mut next = self.0.clone();
+        for i in (0..last).filter(|&i| lacking(i)) {
+            next.push(swapped(&self.0[i]));
+        }
+        next.push(swapped(&self.0[last]));
+        Some(Rings(next))
     }
 
     /// The twin `replacing(old, new)` added for `ring`: the ring a layout on `ring` moves to
@@ -271,7 +279,7 @@ mod tests {
     fn a_replaced_device_is_swapped_in_twins_of_its_rings_and_slots_keep_their_places() {
         // Ring 0 at mkfs, ring 1 after device 3 joined.
         let rings = Rings::initial(3).with_device(3);
-        let next = rings.replacing(1, 4);
+        let next = rings.replacing(1, 4).unwrap();
         assert_eq!(
             next.0,
             [
@@ -300,9 +308,17 @@ mod tests {
         // Replacing a device the current ring no longer has (being drained): the current
         // ring stays current.
         let drained = Rings(vec![vec![0, 1, 2], vec![0, 2]]);
-        let next = drained.replacing(1, 3);
+        let next = drained.replacing(1, 3).unwrap();
         assert_eq!(next.0.last().unwrap(), &vec![0, 2]);
         assert_eq!(next.twin(0, 1, 3), Some(2));
+        // Asked again: nothing to add. A ring made since (device 4 joined) that still holds
+        // the old device gets its twin.
+        assert_eq!(next.replacing(1, 3), None);
+        let later = Rings(vec![vec![0, 1, 2], vec![0, 3, 2], vec![0, 1, 2, 4]]);
+        let again = later.replacing(1, 3).unwrap();
+        assert_eq!(again.0[3], vec![0, 3, 2, 4]);
+        assert_eq!(again.twin(2, 1, 3), Some(3));
+        assert_eq!(again.twin(0, 1, 3), Some(1));
     }
 
     #[test]

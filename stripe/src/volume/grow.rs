@@ -27,7 +27,35 @@ impl Volume {
     /// again.
     pub fn add_replacement(&self, old: usize, path: &Path) -> Result<usize> {
         self.member(old)?;
-        self.join_device(path, Some(old), |rings, id| rings.replacing(old as u32, id))
+        self.join_device(path, Some(old), |rings, id| {
+            rings
+                .replacing(old as u32, id)
+                .unwrap_or_else(|| rings.clone())
+        })
+    }
+
+    /// Gives every ring holding `old` its twin with `new` (which joined to replace it) where
+    /// one is missing: rings made while a replacement was stopped (another device replaced or
+    /// added meanwhile).
+    pub fn twin_rings(&self, old: usize, new: usize) -> Result<()> {
+        let mut set_sb = self.descriptor.lock();
+        let Some(rings) = set_sb.rings().replacing(old as u32, new as u32) else {
+            return Ok(());
+        };
+        self.all_healthy(Some(old))?;
+        let next = Superblock {
+            pending: true,
+            generation: set_sb.generation + 1,
+            rings: rings.0,
+            ..set_sb.clone()
+        };
+        if let Err(e) = self.write_set(&next, None, "device.add-superblock") {
+            self.write_back(&set_sb);
+            return Err(e);
+        }
+        *self.rings.write() = Arc::new(next.rings());
+        *set_sb = self.commit(next);
+        Ok(())
     }
 
     /// Adds `path` as the next device; `rings` makes the next rings from the current ones
