@@ -443,6 +443,7 @@ fn ring_thread<F: Filesystem>(
     started: std::sync::mpsc::Sender<io::Result<()>>,
 ) {
     let _ = ring.thread.set(std::thread::current().id());
+    pin_to_its_cpu(&ring);
     let raw = fd.as_raw_fd();
     let proto = shared.proto.get().copied().unwrap_or_default();
     // The iovecs REGISTER points at: read by the kernel during submission only.
@@ -569,6 +570,28 @@ fn ring_thread<F: Filesystem>(
             }
         }
         cqes.extend(unsafe { uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+    }
+}
+
+/// A thread serving one queue runs on that queue's CPU: the kernel queues a request on the
+/// CPU that issued it, and an answer from another CPU costs a cross-CPU wake-up each way.
+fn pin_to_its_cpu(ring: &Ring) {
+    let Some(qid) = ring.ents.first().map(|e| e.qid as usize) else {
+        return;
+    };
+    if ring.ents.iter().any(|e| e.qid as usize != qid) {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity on it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(qid, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            log::debug!(
+                "fuse ring thread of queue {qid}: not pinned: {}",
+                io::Error::last_os_error()
+            );
+        }
     }
 }
 
