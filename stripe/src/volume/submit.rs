@@ -1,0 +1,278 @@
+//! How a request reaches the devices: its pieces, one vectored I/O per device, are
+//! submitted together to the I/O engine and the request completes when its last piece does.
+
+use super::*;
+
+/// A request's pieces in flight: the request completes when the last one does, with the
+/// first error any piece met.
+struct Join {
+    left: AtomicUsize,
+    error: Mutex<Option<StripeError>>,
+    done: Mutex<Option<JoinDone>>,
+}
+
+type JoinDone = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// A request as the devices see it: which object, laid out how, over which buffer.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    ino: u64,
+    layout: &'a Layout,
+    /// The caller's buffer: it stays alive and untouched until the request completes.
+    base: *mut u8,
+    write: bool,
+}
+
+impl Join {
+    /// One token is the submitter's: nothing completes before every piece is out.
+    fn new(done: impl FnOnce(Result<()>) + Send + 'static) -> Arc<Join> {
+        Arc::new(Join {
+            left: AtomicUsize::new(1),
+            error: Mutex::new(None),
+            done: Mutex::new(Some(Box::new(done))),
+        })
+    }
+
+    fn add(&self) {
+        self.left.fetch_add(1, Relaxed);
+    }
+
+    fn piece_done(&self, r: Result<()>) {
+        if let Err(e) = r {
+            self.error.lock().get_or_insert(e);
+        }
+        if self.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            let result = self.error.lock().take().map_or(Ok(()), Err);
+            if let Some(done) = self.done.lock().take() {
+                done(result);
+            }
+        }
+    }
+}
+
+/// Waits on the calling thread for a request submitted with `Join`.
+#[derive(Default)]
+struct Waiter {
+    result: Mutex<Option<Result<()>>>,
+    ready: Condvar,
+}
+
+impl Waiter {
+    fn join(self: &Arc<Self>) -> Arc<Join> {
+        let w = self.clone();
+        Join::new(move |r| {
+            *w.result.lock() = Some(r);
+            w.ready.notify_one();
+        })
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut g = self.result.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.ready.wait(&mut g);
+        }
+    }
+}
+
+impl Volume {
+    /// The device op for one slot's share of a request over the buffer at `base`; `None` for
+    /// a read of an object that does not exist (its segments are zeroed here).
+    fn op_for(
+        &self,
+        objs: &Objects,
+        req: Request,
+        io: &SlotIo,
+        dev: usize,
+        join: &Arc<Join>,
+    ) -> Result<Option<Box<DevOp>>> {
+        let Request {
+            ino,
+            layout: _,
+            base,
+            write,
+        } = req;
+        self.set
+            .note_error(dev, write, self.set.admit(dev, write, io))?;
+        let opened = self.object(objs, dev, ino, write);
+        let Some(file) = self.set.note_error(dev, write, opened)? else {
+            for &(o, l) in &io.segments {
+                // SAFETY: the segment lies inside the request's buffer, which is ours.
+                unsafe { std::ptr::write_bytes(base.add(o), 0, l) };
+            }
+            return Ok(None);
+        };
+        let fd = self
+            .direct_twin(objs, dev, ino, io, base)
+            .unwrap_or_else(|| file.clone());
+        let iov = io
+            .segments
+            .iter()
+            .map(|&(o, l)| libc::iovec {
+                // SAFETY: the segment lies inside the request's buffer.
+                iov_base: unsafe { base.add(o) }.cast(),
+                iov_len: l,
+            })
+            .collect();
+        let not_before = match &self.controller {
+            // One command per stripe unit: what makes small stripes cost a card more.
+            Some(c) if c.serves(dev) => {
+                let lens: Vec<u64> = io.segments.iter().map(|s| s.1 as u64).collect();
+                Some(c.book(dev, write, ino, io.obj_offset, &lens))
+            }
+            _ => self
+                .emulated(dev)
+                .map(|e| e.book(write, ino, io.obj_offset, io.len())),
+        };
+        let (set, join) = (self.set.clone(), join.clone());
+        // Noted last, when nothing can fail before the op runs: its end is always told.
+        let noted = write
+            && self
+                .watch
+                .note_write(dev, ino, io.obj_offset, io.obj_offset + io.len());
+        if noted {
+            // Tests widen the window between a write's note and its landing.
+            let _ = faultpoint::check("volume.write-noted");
+        }
+        let watch = noted.then(|| self.watch.clone());
+        join.add();
+        Ok(Some(Box::new(DevOp {
+            device: dev,
+            write,
+            fd,
+            retry_fd: file,
+            offset: io.obj_offset,
+            iov,
+            inline: self.set.dev(dev).ram_backed,
+            not_before,
+            counted: None,
+            on_done: Some(Box::new(move |r: io::Result<()>| {
+                let r = r.map_err(|e| set.io_err(dev, e));
+                if let Some(w) = watch {
+                    w.write_done();
+                }
+                join.piece_done(set.note_error(dev, write, r));
+            })),
+        })))
+    }
+
+    /// Submits the request `[offset, offset + len)` of the file over the buffer at `base`, one
+    /// op per device, and releases the submitter's token of `join`. The buffer must stay
+    /// alive and untouched until `join` completes.
+    fn submit(&self, req: Request, offset: u64, len: usize, join: Arc<Join>) {
+        let objs = self.objects(req.ino);
+        let plan = req.layout.plan(offset, len);
+        // The rings looked at once per request, not once per piece.
+        let devices: Vec<usize> = {
+            let rings = self.rings.read();
+            plan.iter()
+                .map(|io| rings.device_of_slot(req.layout, io.slot))
+                .collect()
+        };
+        let mut ops = Vec::new();
+        for (io, dev) in plan.iter().zip(devices) {
+            match self.op_for(&objs, req, io, dev, &join) {
+                Ok(Some(op)) => ops.push(op),
+                Ok(None) => {}
+                Err(e) => {
+                    join.error.lock().get_or_insert(e);
+                }
+            }
+        }
+        self.engine().submit(ops);
+        join.piece_done(Ok(()));
+    }
+
+    /// Reads `len` bytes at `offset` and hands them to `done`; holes and unwritten ranges read
+    /// as zeros. Returns at once: `done` runs when the devices have answered.
+    pub fn read_async(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        offset: u64,
+        len: usize,
+        done: impl FnOnce(Result<IoBuf>) + Send + 'static,
+    ) {
+        let mut buf = IoBuf::stale(len);
+        let base = buf.as_mut_ptr();
+        let join = Join::new(move |r| done(r.map(|()| buf)));
+        self.submit(
+            Request {
+                ino,
+                layout,
+                base,
+                write: false,
+            },
+            offset,
+            len,
+            join,
+        );
+    }
+
+    /// Writes `data` at `offset`; `done` runs when every device has it.
+    pub fn write_async(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        offset: u64,
+        mut data: IoBuf,
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) {
+        let (base, len) = (data.as_mut_ptr(), data.len());
+        let join = Join::new(move |r| {
+            drop(data);
+            done(r)
+        });
+        self.submit(
+            Request {
+                ino,
+                layout,
+                base,
+                write: true,
+            },
+            offset,
+            len,
+            join,
+        );
+    }
+
+    /// Reads `buf.len()` bytes at `offset`, waiting for them; holes read as zeros.
+    pub fn read(&self, ino: u64, layout: &Layout, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let base = buf.as_mut_ptr();
+        self.submit_and_wait(
+            Request {
+                ino,
+                layout,
+                base,
+                write: false,
+            },
+            offset,
+            buf.len(),
+        )
+    }
+
+    /// Writes `data` at `offset`, waiting until every device has it.
+    pub fn write(&self, ino: u64, layout: &Layout, offset: u64, data: &[u8]) -> Result<()> {
+        // Writes only read the buffer.
+        let base = data.as_ptr() as *mut u8;
+        self.submit_and_wait(
+            Request {
+                ino,
+                layout,
+                base,
+                write: true,
+            },
+            offset,
+            data.len(),
+        )
+    }
+
+    /// Submits and waits on this thread: the caller's buffer outlives the request.
+    fn submit_and_wait(&self, req: Request, offset: u64, len: usize) -> Result<()> {
+        let waiter = Arc::new(Waiter::default());
+        self.submit(req, offset, len, waiter.join());
+        waiter.wait()
+    }
+}
