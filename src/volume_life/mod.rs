@@ -19,23 +19,7 @@ impl Engine {
     /// striped over it from now on (their width follows it unless the config fixes one), and
     /// the config file gains it, so the next mount finds it. Returns the device's id.
     pub fn add_device(&self, path: &Path) -> Result<usize> {
-        if self.read_only.load(Relaxed) {
-            return refuse(
-                libc::EROFS,
-                "the volume is mounted read-only: its device set does not change",
-            );
-        }
-        // Named by a path through the mount itself, the daemon would wait on its own
-        // requests (and store a device inside the volume): refused before it is looked at.
-        if path.starts_with(&self.mountpoint) {
-            return refuse(
-                libc::EINVAL,
-                format!(
-                    "{} is inside the volume itself; a device is a directory on a disk",
-                    path.display()
-                ),
-            );
-        }
+        self.may_take_device(path)?;
         let id = self.volume.add_device(path)?;
         self.note_generation();
         let path = self.volume.device_path(id).to_path_buf();
@@ -52,6 +36,28 @@ impl Engine {
 }
 
 impl Engine {
+    /// Refuses a new device for a read-only mount, or at a path inside the volume: named
+    /// through the mount itself, the daemon would wait on its own requests (and store a
+    /// device inside the volume), so it is refused before it is looked at.
+    fn may_take_device(&self, path: &Path) -> Result<()> {
+        if self.read_only.load(Relaxed) {
+            return refuse(
+                libc::EROFS,
+                "the volume is mounted read-only: its device set does not change",
+            );
+        }
+        if path.starts_with(&self.mountpoint) {
+            return refuse(
+                libc::EINVAL,
+                format!(
+                    "{} is inside the volume itself; a device is a directory on a disk",
+                    path.display()
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// The namespace keeps up with the device set's generation (a failure is only logged:
     /// the next mount records it).
     pub(crate) fn note_generation(&self) {

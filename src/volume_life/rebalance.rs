@@ -72,6 +72,20 @@ pub enum Job {
 }
 
 impl Job {
+    fn removing(self) -> Option<usize> {
+        match self {
+            Job::Remove(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn replacing(self) -> Option<(usize, usize)> {
+        match self {
+            Job::Replace { old, new } => Some((old, new)),
+            _ => None,
+        }
+    }
+
     /// The device that leaves the set when the run ends.
     fn leaving(self) -> Option<usize> {
         match self {
@@ -246,14 +260,8 @@ impl Engine {
         let wish = Wish {
             root,
             max_mbps: r.max_mbps.load(Relaxed),
-            removing: match job {
-                Job::Remove(d) => Some(d),
-                _ => None,
-            },
-            replacing: match job {
-                Job::Replace { old, new } => Some((old, new)),
-                _ => None,
-            },
+            removing: job.removing(),
+            replacing: job.replacing(),
         };
         self.keep_wish(&wish)?;
         self.start_rebalance(root, job);
@@ -357,20 +365,13 @@ impl Engine {
         *r.progress.lock() = Progress {
             state: "running".into(),
             root,
-            removing: match job {
-                Job::Remove(d) => Some(d),
-                _ => None,
-            },
-            replacing: match job {
-                Job::Replace { old, new } => Some((old, new)),
-                _ => None,
-            },
+            removing: job.removing(),
+            replacing: job.replacing(),
             max_mbps: r.max_mbps.load(Relaxed),
             runs_ended,
-            lost: match job {
-                Job::Replace { old, new } => self.lost_before((old, new)),
-                _ => Vec::new(),
-            },
+            lost: job
+                .replacing()
+                .map_or_else(Vec::new, |r| self.lost_before(r)),
             ..Progress::default()
         };
         let engine = self.clone();
@@ -448,22 +449,41 @@ impl Engine {
             if r.stopping() {
                 break;
             }
-            let before = r.progress.lock().bytes_moved;
-            let mut copied = 0;
-            let moved = self.migrate_paced(ino, to, &mut |chunk| {
-                copied += chunk;
-                r.progress.lock().bytes_moved = before + copied;
-                self.throttle(r.started(), before + copied);
-                !r.stopping()
+            let stop = self.move_one(ino, size, |pace| {
+                self.migrate_paced(ino, to, pace).map(|_| ())
             });
-            match moved {
-                Ok(_) => r.file_done(before + size),
-                Err(e) => {
-                    r.progress.lock().bytes_moved = before;
-                    if r.file_failed(ino, e) {
-                        break;
-                    }
-                }
+            if stop {
+                break;
+            }
+        }
+    }
+
+    /// Moves one file of `bytes` bytes with `mv`, which reports each chunk to the pace it is
+    /// given (progress, the limit, a stop); true when the run is to end (stopped in the
+    /// middle of the file, which keeps its old copy).
+    pub(super) fn move_one(
+        &self,
+        ino: u64,
+        bytes: u64,
+        mv: impl FnOnce(&mut dyn FnMut(u64) -> bool) -> Result<()>,
+    ) -> bool {
+        let r = &self.rebalancer;
+        let before = r.progress.lock().bytes_moved;
+        let mut copied = 0;
+        let moved = mv(&mut |chunk| {
+            copied += chunk;
+            r.progress.lock().bytes_moved = before + copied;
+            self.throttle(r.started(), before + copied);
+            !r.stopping()
+        });
+        match moved {
+            Ok(()) => {
+                r.file_done(before + bytes);
+                false
+            }
+            Err(e) => {
+                r.progress.lock().bytes_moved = before;
+                r.file_failed(ino, e)
             }
         }
     }

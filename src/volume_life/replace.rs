@@ -18,7 +18,6 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use parking_lot::{RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use stripe::Layout;
 
@@ -34,21 +33,7 @@ impl Engine {
         path: &Path,
         max_mbps: Option<u64>,
     ) -> Result<()> {
-        if self.read_only.load(Relaxed) {
-            return refuse(
-                libc::EROFS,
-                "the volume is mounted read-only: its device set does not change",
-            );
-        }
-        if path.starts_with(&self.mountpoint) {
-            return refuse(
-                libc::EINVAL,
-                format!(
-                    "{} is inside the volume itself; a device is a directory on a disk",
-                    path.display()
-                ),
-            );
-        }
+        self.may_take_device(path)?;
         let health = self.volume.health();
         if health.get(old).is_none_or(|h| h.removed) {
             return refuse(libc::ENOENT, format!("the volume has no device {old}"));
@@ -136,35 +121,22 @@ impl Engine {
             if r.stopping() {
                 break;
             }
-            let before = r.progress.lock().bytes_moved;
-            let mut copied = 0;
-            let moved = self.replace_file(ino, old, new, &mut |chunk| {
-                copied += chunk;
-                r.progress.lock().bytes_moved = before + copied;
-                self.throttle(r.started(), before + copied);
-                !r.stopping()
-            });
-            match moved {
-                Ok(_) => r.file_done(before + bytes),
-                Err(e) => {
-                    r.progress.lock().bytes_moved = before;
-                    if r.file_failed(ino, e) {
-                        break;
-                    }
-                }
+            let stop = self.move_one(ino, bytes, |pace| self.replace_file(ino, old, new, pace));
+            if stop {
+                break;
             }
         }
     }
 
     /// Copies file `ino`'s object on `old` to `new`, and moves the file there in one commit.
-    /// Returns the file ranges `old` could not give (holes now; reported before the move).
+    /// The file ranges `old` could not give (holes now) are reported before the move.
     fn replace_file(
         &self,
         ino: u64,
         old: usize,
         new: usize,
         pace: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Vec<(u64, u64)>> {
+    ) -> Result<()> {
         let lock = self.io_lock(ino);
         // Alone a moment: the watch starts with nothing of this file in flight, nothing held
         // dirty by the cache.
@@ -172,7 +144,7 @@ impl Engine {
         let (inode, layout) = self.file(ino)?;
         let rings = self.volume.rings();
         let Some(slot) = rings.slot_of_device(&layout, old) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let twin = rings
             .twin(layout.ring, old as u32, new as u32)
@@ -250,7 +222,7 @@ impl Engine {
             }
         }
         // With ranges lost, the old copy stays on the old device for recovery tools.
-        Ok(lost_in_file)
+        Ok(())
     }
 
     /// Writes back what the cache holds dirty of `object` (and waits for a write-back of it
