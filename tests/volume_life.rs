@@ -254,6 +254,25 @@ fn usage(v: &TestVolume, files: &[(String, Vec<u8>)], devices: usize) -> Vec<u64
     per
 }
 
+/// SIGKILL of the daemon `pid` (as a crash would), and a fresh mount.
+#[cfg(feature = "failpoints")]
+fn kill_and_mount(v: &mut TestVolume, pid: i32) {
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    v.forget_dead_daemon(pid);
+    v.mount();
+}
+
+/// Waits (a minute at most) for the daemon's rebalance, removal or replacement to end.
+#[cfg(feature = "failpoints")]
+fn wait_while_running(v: &TestVolume) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rebalance_progress(v)["state"] == "running" {
+        assert!(std::time::Instant::now() < deadline, "the run never ends");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 fn rebalance_progress(v: &TestVolume) -> serde_json::Value {
     serde_json::from_slice(&getxattr(&v.mnt, "user.stripefs.rebalance").unwrap()).unwrap()
 }
@@ -411,10 +430,7 @@ fn a_removal_killed_at_each_step_loses_nothing() {
         } else {
             std::thread::sleep(std::time::Duration::from_millis(1500));
         }
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        v.forget_dead_daemon(pid);
-        v.mount();
+        kill_and_mount(&mut v, pid);
         assert_intact(&v, &files, &what);
         // The removal goes on (or is asked for again), and finishes.
         let out = stripefs(&[
@@ -763,20 +779,10 @@ fn a_replace_killed_at_each_step_loses_nothing() {
                 std::thread::sleep(std::time::Duration::from_millis(1500));
             }
         }
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        v.forget_dead_daemon(pid);
-        v.mount();
+        kill_and_mount(&mut v, pid);
         assert_intact(&v, &files, &what);
         // A replace recorded before the crash goes on by itself: wait for it to end.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while rebalance_progress(&v)["state"] == "running" {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: the resumed replace hangs"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        wait_while_running(&v);
         if removed_ids(&v) != serde_json::json!([1]) {
             let out = stripefs(&[
                 "device",
@@ -971,15 +977,8 @@ fn lost_ranges_are_reported_after_a_crash_right_after_their_file_moved() {
     )
     .unwrap();
     let _ = stripefs(&["device", "replace", v.mnt_str(), "1", new.to_str().unwrap()]);
-    // SAFETY: plain syscall.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    v.forget_dead_daemon(pid);
-    v.mount();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while rebalance_progress(&v)["state"] == "running" {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    kill_and_mount(&mut v, pid);
+    wait_while_running(&v);
     let p = rebalance_progress(&v);
     assert_eq!(p["state"], "done", "{p}");
     let damaged = files
