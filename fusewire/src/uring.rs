@@ -292,12 +292,21 @@ fn push_sqe(uring: &Uring, sqe: &squeue::Entry128) {
 pub struct RingCtx<'a> {
     uring: &'a Uring,
     thread: usize,
+    /// Completions taken from the ring and not handled yet.
+    unhandled: std::cell::Cell<usize>,
 }
 
 impl RingCtx<'_> {
     /// Which ring thread this is (0..threads): for per-thread state in the filesystem.
     pub fn thread(&self) -> usize {
         self.thread
+    }
+
+    /// Are other requests (or completions) waiting for this thread? If not, a request handled
+    /// now is alone, and the thread may as well wait for its I/O itself.
+    pub fn others_waiting(&self) -> bool {
+        // SAFETY: only this thread reads the completion queue; its length is read, not taken.
+        self.unhandled.get() > 0 || !unsafe { self.uring.completion_shared() }.is_empty()
     }
 
     /// Queues `sqe`; its completion comes to [`Filesystem::ring_completion`] with
@@ -471,6 +480,7 @@ fn ring_thread<F: Filesystem>(
     let ctx = RingCtx {
         uring: &uring,
         thread,
+        unhandled: std::cell::Cell::new(0),
     };
     for (i, e) in ring.ents.iter().enumerate() {
         push(
@@ -500,7 +510,10 @@ fn ring_thread<F: Filesystem>(
         None => Ok(()),
     });
     loop {
+        let mut unhandled = cqes.len();
         for (data, res) in cqes.drain(..) {
+            unhandled -= 1;
+            ctx.unhandled.set(unhandled);
             if data == WAKE {
                 let mut v = 0u64;
                 // SAFETY: reads 8 bytes into a local from our non-blocking eventfd.

@@ -230,6 +230,13 @@ impl Filesystem for StripeFs {
         }
     }
 
+    /// Over io_uring one thread takes a queue's requests: while others wait for it, their
+    /// device I/O must not block it.
+    fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
+        stripe::other_requests_wait_for_this_thread(ring.others_waiting());
+        self.request(req, reply)
+    }
+
     fn destroy(&self) {
         if let Err(e) = self.engine.shutdown() {
             log::error!("final write-back failed: {e}");

@@ -152,7 +152,8 @@ impl Volume {
         })
     }
 
-    /// Nothing is in flight: I/O submitted now runs on the submitting thread.
+    /// Nothing is in flight: I/O submitted now runs on the submitting thread (unless other
+    /// requests wait for that thread: `other_requests_wait_for_this_thread`).
     pub fn idle(&self) -> bool {
         self.engine().idle()
     }

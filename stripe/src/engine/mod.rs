@@ -45,6 +45,24 @@ pub enum EngineChoice {
     Threads,
 }
 
+thread_local! {
+    /// This thread takes many requests at once (a FUSE-over-io_uring ring thread) and others
+    /// wait for it now: I/O it submits does not run on it, even with the engine idle, or the
+    /// requests queued behind the one it waits for would reach the devices one at a time.
+    static SERVES_MANY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tells whether the calling thread has other requests waiting for it (see `SERVES_MANY`):
+/// with none, I/O it submits to an idle engine may run on it, as for any lone request.
+pub fn other_requests_wait_for_this_thread(waiting: bool) {
+    SERVES_MANY.with(|s| s.set(waiting));
+}
+
+/// May I/O submitted by this thread block it (buffered I/O of a RAM-backed device aside)?
+pub(crate) fn this_thread_may_block() -> bool {
+    !SERVES_MANY.with(|s| s.get())
+}
+
 /// Called once a device I/O finished (or failed for good).
 pub(crate) type OnDone = Box<dyn FnOnce(io::Result<()>) + Send>;
 
@@ -272,9 +290,10 @@ impl IoEngine {
         }
     }
 
-    /// Nothing in flight: a request now is latency-bound.
+    /// Nothing in flight: a request now is latency-bound, and may be done by the thread
+    /// that asks (unless that thread serves many requests at once).
     pub fn idle(&self) -> bool {
-        self.in_flight.ops.load(SeqCst) == 0
+        self.in_flight.ops.load(SeqCst) == 0 && this_thread_may_block()
     }
 
     /// Hands a request's ops to the devices; each op's callback runs once it is done. A
@@ -287,7 +306,7 @@ impl IoEngine {
             return;
         }
         let idle = self.in_flight.enter(ops.len());
-        let alone = idle && ops.len() == 1;
+        let alone = idle && ops.len() == 1 && this_thread_may_block();
         for op in &mut ops {
             op.counted = Some(self.in_flight.clone());
             op.inline |= alone;
