@@ -682,6 +682,40 @@ mod tests {
         [EngineChoice::Uring, EngineChoice::Threads]
     }
 
+    /// A thread others wait for (a FUSE ring thread with requests queued) hands even a lone
+    /// request on an idle engine to the engine; alone, it does the I/O itself.
+    #[test]
+    fn a_thread_others_wait_for_never_does_device_io_itself() {
+        for choice in engines() {
+            let (root, v) = volume(1, 65536);
+            if devices::ram_backed(root.path()) {
+                return; // buffered I/O of memory runs on the caller anyway
+            }
+            v.start_engine(choice, 2).unwrap();
+            let layout = Layout::new(65536, 1, 0);
+            v.write(3, &layout, 0, &[5u8; 8192]).unwrap();
+            let here = std::thread::current().id();
+            for waiting in [false, true] {
+                crate::engine::other_requests_wait_for_this_thread(waiting);
+                let (tx, rx) = std::sync::mpsc::channel();
+                v.read_async(3, &layout, 0, 4096, move |r| {
+                    tx.send((std::thread::current().id(), r.map(|b| b[0]).ok()))
+                        .unwrap()
+                });
+                let (on, byte) = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+                assert_eq!(byte, Some(5));
+                // io_uring may complete a cached read at once, reaped by the submitter without
+                // waiting; the threads engine never runs a handed-off op on it.
+                if choice == EngineChoice::Threads {
+                    assert_eq!(on == here, !waiting, "others waiting: {waiting}");
+                }
+                // What the write path asks before writing on this thread.
+                assert_eq!(v.idle(), !waiting, "{choice:?}, others waiting: {waiting}");
+            }
+            crate::engine::other_requests_wait_for_this_thread(false);
+        }
+    }
+
     #[test]
     fn both_engines_keep_many_requests_in_flight_and_their_data() {
         for choice in engines() {
