@@ -229,6 +229,16 @@ fn fill_for_rebalance(v: &TestVolume) -> Vec<(String, Vec<u8>)> {
         "--width",
         "1",
     ]);
+    // A directory whose default layout spans every device: it holds nothing itself, so no
+    // device change waits for it.
+    std::fs::create_dir(v.path("empty")).unwrap();
+    stripefs_ok(&[
+        "layout",
+        "set",
+        v.path("empty").to_str().unwrap(),
+        "--width",
+        "3",
+    ]);
     for k in 0..12 {
         files.push((format!("wide{k}"), rng.bytes(row * (1 + k % 4) * 4)));
     }

@@ -11,8 +11,19 @@ pub use rebalance::{LostRange, Progress, Rebalancer};
 use crate::control::refuse;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::namespace::{Inode, Kind};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
+use stripe::Layout;
+
+/// The regular files and their layouts. A directory's layout is only the default of the
+/// files made in it (laid on the current ring when one is made): it holds nothing anywhere.
+fn files_laid_out(inodes: &[Inode]) -> impl Iterator<Item = (&Inode, Layout)> {
+    inodes
+        .iter()
+        .filter(|i| i.kind == Kind::File)
+        .filter_map(|i| Some((i, i.layout?)))
+}
 
 impl Engine {
     /// Adds the directory `path` to the mounted volume as its next device; new files are
@@ -153,9 +164,7 @@ impl Engine {
     pub(super) fn room_for_removal(&self, id: usize) -> (u64, u64) {
         let rings = self.volume.rings();
         let (inodes, _) = self.ns.snapshot();
-        let on_it = inodes
-            .iter()
-            .filter_map(|i| Some((i, i.layout?)))
+        let on_it = files_laid_out(&inodes)
             .filter_map(|(i, l)| Some(l.object_len(i.size, rings.slot_of_device(&l, id)?)))
             .sum();
         let health = self.volume.health();
@@ -177,9 +186,8 @@ impl Engine {
     pub(super) fn finish_removal(&self, id: usize) -> Result<()> {
         let rings = self.volume.rings();
         let (inodes, _) = self.ns.snapshot();
-        if let Some(i) = inodes
-            .iter()
-            .find(|i| i.layout.is_some_and(|l| rings.devices_of(&l).contains(&id)))
+        if let Some((i, _)) =
+            files_laid_out(&inodes).find(|(_, l)| rings.devices_of(l).contains(&id))
         {
             return refuse(
                 libc::EBUSY,

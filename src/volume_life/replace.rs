@@ -107,10 +107,8 @@ impl Engine {
         let r = &self.rebalancer;
         let rings = self.volume.rings();
         let (inodes, _) = self.ns.snapshot();
-        let mut files: Vec<(u64, u64)> = inodes
-            .iter()
-            .filter_map(|i| {
-                let l = i.layout?;
+        let mut files: Vec<(u64, u64)> = super::files_laid_out(&inodes)
+            .filter_map(|(i, l)| {
                 let slot = rings.slot_of_device(&l, old)?;
                 Some((i.ino, l.object_len(i.size, slot)))
             })
