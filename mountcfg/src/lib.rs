@@ -185,6 +185,25 @@ pub struct Emulation {
     /// Random 4K I/O per second the drive completes at most.
     pub read_iops: Option<f64>,
     pub write_iops: Option<f64>,
+    /// A spinning disk's geometry, each value overriding the profile's.
+    pub spindle: SpindleKeys,
+}
+
+/// `rpm`, `track_seek`, `full_seek`, `capacity`, `ncq` of a `[[volume.emulate]]` entry: any
+/// of them makes the device a spinning disk (seeks and rotation instead of `access`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpindleKeys {
+    pub rpm: Option<f64>,
+    pub track_seek: Option<Duration>,
+    pub full_seek: Option<Duration>,
+    pub capacity: Option<u64>,
+    pub ncq: Option<usize>,
+}
+
+impl SpindleKeys {
+    pub fn any(&self) -> bool {
+        *self != SpindleKeys::default()
+    }
 }
 
 /// When files get FOPEN_DIRECT_IO (no kernel page cache).
@@ -472,6 +491,20 @@ struct RawEmulation {
     queue: Option<Spanned<i64>>,
     read_iops: Option<Spanned<f64>>,
     write_iops: Option<Spanned<f64>>,
+    rpm: Option<Spanned<f64>>,
+    track_seek: Option<Spanned<String>>,
+    full_seek: Option<Spanned<String>>,
+    capacity: Option<Spanned<SizeValue>>,
+    ncq: Option<Spanned<i64>>,
+}
+
+/// The spinning-disk keys of a `RawEmulation`.
+struct RawSpindle {
+    rpm: Option<Spanned<f64>>,
+    track_seek: Option<Spanned<String>>,
+    full_seek: Option<Spanned<String>>,
+    capacity: Option<Spanned<SizeValue>>,
+    ncq: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -937,6 +970,7 @@ fn validate_emulation(
         };
         let read_iops = iops(e.read_iops, "volume.emulate.read_iops")?;
         let write_iops = iops(e.write_iops, "volume.emulate.write_iops")?;
+        let access_span = e.access.as_ref().map(|a| a.span());
         let access = e
             .access
             .map(|a| duration_value(ctx, a, "volume.emulate.access"))
@@ -954,12 +988,33 @@ fn validate_emulation(
             })
             .transpose()?
             .map(|n| n as usize);
-        if profile == "custom" && (read_mbps.is_none() || write_mbps.is_none() || access.is_none())
+        let spindle = spindle_keys(
+            ctx,
+            RawSpindle {
+                rpm: e.rpm,
+                track_seek: e.track_seek,
+                full_seek: e.full_seek,
+                capacity: e.capacity,
+                ncq: e.ncq,
+            },
+        )?;
+        if let (Some(span), true) = (access_span, spindle.any()) {
+            return Err(ctx.err(
+                span,
+                "volume.emulate.access",
+                "a spinning disk (rpm, track_seek, full_seek, capacity, ncq) computes each \
+                 access from its seeks and rotation: give one or the other",
+            ));
+        }
+        if profile == "custom"
+            && (read_mbps.is_none()
+                || write_mbps.is_none()
+                || (access.is_none() && spindle.rpm.is_none()))
         {
             return Err(ctx.err(
                 entry_span,
                 "volume.emulate",
-                "profile \"custom\" needs read_mbps, write_mbps and access",
+                "profile \"custom\" needs read_mbps, write_mbps and access (or rpm)",
             ));
         }
         out.push(Emulation {
@@ -971,9 +1026,73 @@ fn validate_emulation(
             queue,
             read_iops,
             write_iops,
+            spindle,
         });
     }
     Ok(out)
+}
+
+fn spindle_keys(ctx: &Ctx, e: RawSpindle) -> Result<SpindleKeys, ConfigError> {
+    let rpm = e
+        .rpm
+        .map(|v| {
+            checked(
+                ctx,
+                v,
+                "volume.emulate.rpm",
+                |r| (1.0..=100_000.0).contains(&r),
+                "must be revolutions per minute, from 1 to 100000",
+            )
+        })
+        .transpose()?;
+    let full_seek_span = e.full_seek.as_ref().map(|v| v.span());
+    let seek =
+        |v: Option<Spanned<String>>, key: &str| v.map(|v| duration_value(ctx, v, key)).transpose();
+    let track_seek = seek(e.track_seek, "volume.emulate.track_seek")?;
+    let full_seek = seek(e.full_seek, "volume.emulate.full_seek")?;
+    if let (Some(t), Some(f), Some(span)) = (track_seek, full_seek, full_seek_span) {
+        if f < t {
+            return Err(ctx.err(
+                span,
+                "volume.emulate.full_seek",
+                "must be at least track_seek",
+            ));
+        }
+    }
+    let capacity = match e.capacity {
+        None => None,
+        Some(v) => {
+            let (n, span, text) = size_value(ctx, v, "volume.emulate.capacity")?;
+            if n == 0 {
+                return Err(ctx.err(
+                    span,
+                    "volume.emulate.capacity",
+                    format!("capacity = {text}: must be more than 0"),
+                ));
+            }
+            Some(n)
+        }
+    };
+    let ncq = e
+        .ncq
+        .map(|q| {
+            checked(
+                ctx,
+                q,
+                "volume.emulate.ncq",
+                |n| (1..=256).contains(&n),
+                "must be from 1 (in order) to 256 commands",
+            )
+        })
+        .transpose()?
+        .map(|n| n as usize);
+    Ok(SpindleKeys {
+        rpm,
+        track_seek,
+        full_seek,
+        capacity,
+        ncq,
+    })
 }
 
 fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError> {

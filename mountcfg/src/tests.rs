@@ -218,12 +218,26 @@ fn emulated_devices() {
         .parse("[volume]\ndevices = [\"d0\", \"d1\"]\n[[volume.emulate]]\ndevice = \"all\"\nprofile = \"nvme\"\n")
         .unwrap();
     assert_eq!(all.volume.emulate[0].devices, vec![0, 1]);
+    let disk = d
+        .parse("[volume]\ndevices = [\"d0\"]\n[[volume.emulate]]\ndevice = 0\nprofile = \"custom\"\nread_mbps = 200\nwrite_mbps = 190\nrpm = 7200\ntrack_seek = \"800us\"\nfull_seek = \"16ms\"\ncapacity = \"4T\"\nncq = 32\n")
+        .unwrap();
+    let keys = &disk.volume.emulate[0].spindle;
+    assert_eq!(keys.rpm, Some(7200.0));
+    assert_eq!(keys.track_seek, Some(Duration::from_micros(800)));
+    assert_eq!(keys.full_seek, Some(Duration::from_millis(16)));
+    assert_eq!(keys.capacity, Some(4 << 40));
+    assert_eq!(keys.ncq, Some(32));
 
     let head = "[volume]\ndevices = [\"d0\", \"d1\"]\n[[volume.emulate]]\n";
     let cases = [
         ("device = 2\nprofile = \"nvme\"\n", "vol.toml:4: volume.emulate.device: device = 2: must be a device index from 0 to 1, or \"all\""),
         ("device = 0\nprofile = \"floppy\"\n", "vol.toml:5: volume.emulate.profile: profile = \"floppy\": must be one of hdd-5400, sata-ssd, nvme, sata-port, custom"),
-        ("device = 0\nprofile = \"custom\"\nread_mbps = 10\n", "vol.toml:3: volume.emulate: profile \"custom\" needs read_mbps, write_mbps and access"),
+        ("device = 0\nprofile = \"custom\"\nread_mbps = 10\n", "vol.toml:3: volume.emulate: profile \"custom\" needs read_mbps, write_mbps and access (or rpm)"),
+        ("device = 0\nprofile = \"hdd-5400\"\nrpm = 0\n", "vol.toml:6: volume.emulate.rpm: rpm = 0: must be revolutions per minute, from 1 to 100000"),
+        ("device = 0\nprofile = \"hdd-5400\"\nncq = 0\n", "vol.toml:6: volume.emulate.ncq: ncq = 0: must be from 1 (in order) to 256 commands"),
+        ("device = 0\nprofile = \"hdd-5400\"\ntrack_seek = \"3ms\"\nfull_seek = \"2ms\"\n", "vol.toml:7: volume.emulate.full_seek: must be at least track_seek"),
+        ("device = 0\nprofile = \"hdd-5400\"\ncapacity = 0\n", "vol.toml:6: volume.emulate.capacity: capacity = 0: must be more than 0"),
+        ("device = 0\nprofile = \"hdd-5400\"\nrpm = 7200\naccess = \"5ms\"\n", "vol.toml:7: volume.emulate.access: a spinning disk (rpm, track_seek, full_seek, capacity, ncq) computes each access from its seeks and rotation: give one or the other"),
         ("device = 0\nprofile = \"nvme\"\nread_mbps = -1\n", "vol.toml:6: volume.emulate.read_mbps: read_mbps = -1: must be a positive number of MB/s"),
         ("device = 0\nprofile = \"nvme\"\nqueue = 0\n", "vol.toml:6: volume.emulate.queue: queue = 0: must be from 1 to 1024"),
         ("device = 0\nprofile = \"nvme\"\n[[volume.emulate]]\ndevice = \"all\"\nprofile = \"nvme\"\n", "vol.toml:7: volume.emulate.device: device 0 is emulated twice"),

@@ -93,6 +93,7 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
             queue: 1,
             read_iops: None,
             write_iops: None,
+            spindle: None,
         },
         name => stripe::DeviceModel::profile(name)
             .ok_or_else(|| Error::Usage(format!("no device profile \"{name}\"")))?,
@@ -114,6 +115,18 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
     }
     if e.write_iops.is_some() {
         m.write_iops = e.write_iops;
+    }
+    if e.access.is_some() {
+        m.spindle = None;
+    }
+    let keys = &e.spindle;
+    if keys.any() {
+        let s = m.spindle.get_or_insert_with(stripe::Spindle::laptop_5400);
+        s.rpm = keys.rpm.unwrap_or(s.rpm);
+        s.track_seek = keys.track_seek.unwrap_or(s.track_seek);
+        s.full_seek = keys.full_seek.unwrap_or(s.full_seek);
+        s.capacity = keys.capacity.unwrap_or(s.capacity);
+        s.ncq = keys.ncq.unwrap_or(s.ncq);
     }
     Ok(m)
 }
@@ -479,9 +492,38 @@ mod tests {
                 queue: None,
                 read_iops: None,
                 write_iops: None,
+                spindle: Default::default(),
             };
             assert!(super::device_model(&e).is_ok(), "{name}");
         }
+    }
+
+    #[test]
+    fn spindle_keys_override_the_disk_and_access_replaces_it() {
+        let entry = |profile: &str, access, rpm| mountcfg::Emulation {
+            devices: vec![0],
+            profile: profile.to_string(),
+            read_mbps: Some(100.0),
+            write_mbps: Some(100.0),
+            access,
+            queue: None,
+            read_iops: None,
+            write_iops: None,
+            spindle: mountcfg::SpindleKeys {
+                rpm,
+                ncq: rpm.map(|_| 8),
+                ..Default::default()
+            },
+        };
+        let hdd = super::device_model(&entry("hdd-5400", None, Some(7200.0))).unwrap();
+        let s = hdd.spindle.unwrap();
+        assert_eq!((s.rpm, s.ncq), (7200.0, 8));
+        assert_eq!(s.full_seek, stripe::Spindle::laptop_5400().full_seek);
+        let custom = super::device_model(&entry("custom", None, Some(10_000.0))).unwrap();
+        assert_eq!(custom.spindle.unwrap().rpm, 10_000.0);
+        let fixed = std::time::Duration::from_millis(3);
+        let flat = super::device_model(&entry("hdd-5400", Some(fixed), None)).unwrap();
+        assert_eq!((flat.spindle, flat.access), (None, fixed));
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub use device::{
 };
 pub use emulate::{
     predict_sequential, CacheModel, Controller, ControllerModel, ControllerState, DeviceModel,
-    Emulated, ModelState,
+    Emulated, ModelState, Spindle,
 };
 pub use engine::{other_requests_wait_for_this_thread, EngineChoice, EngineKind};
 pub use error::{Result, StripeError};

@@ -820,6 +820,7 @@ mod tests {
                 queue: 1,
                 read_iops: None,
                 write_iops: None,
+                spindle: None,
             };
             v.emulate(0, slow);
             v.start_engine(choice, 1).unwrap();

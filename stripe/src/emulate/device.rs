@@ -3,8 +3,11 @@
 //! sequentially, then moves its bytes over the device's one transfer pipe at `read_bps` or
 //! `write_bps`. A random I/O also takes a turn of the drive's own processor when the model
 //! caps random IOPS (a flash controller's published 4K figure), so deep queues of small random
-//! I/O stop where the drive's data sheet says, not where its transfer rate would.
+//! I/O stop where the drive's data sheet says, not where its transfer rate would. A spinning
+//! disk computes each access from where its head is and how many commands it may reorder
+//! (`Spindle`) instead of paying one fixed access time.
 
+use super::spindle::Spindle;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -18,15 +21,17 @@ pub struct DeviceModel {
     /// Random (non-sequential) reads per second the drive's processor completes at most.
     pub read_iops: Option<f64>,
     pub write_iops: Option<f64>,
+    /// A spinning disk: seeks and rotation per access instead of `access`.
+    pub spindle: Option<Spindle>,
 }
 
 impl DeviceModel {
-    /// The profiles the seeds measured: HDD 5400 rpm about 61/60 MB/s and a seek per random
-    /// access; SATA SSD (Intel S3520) about 445/392 MB/s, its random 4K capped at the data
+    /// The profiles the seeds measured: HDD 5400 rpm about 61/60 MB/s, a laptop disk's seeks
+    /// and rotation with NCQ (its `access` is the whole-disk average, for reports); SATA SSD (Intel S3520) about 445/392 MB/s, its random 4K capped at the data
     /// sheet's 67,500 read / 17,000 write IOPS; NVMe about 1397/713 MB/s.
     pub fn profile(name: &str) -> Option<DeviceModel> {
         let (r, w, access_us, queue, iops) = match name {
-            "hdd-5400" => (61.0, 60.0, 12_000, 1, None),
+            "hdd-5400" => (61.0, 60.0, 17_600, 1, None),
             "sata-ssd" => (445.0, 392.0, 60, 32, Some((67_500.0, 17_000.0))),
             "nvme" => (1397.0, 713.0, 20, 64, None),
             // A 3 Gb/s SATA port with an ACARD RAM disk behind it, the seed's per-port figures.
@@ -41,6 +46,7 @@ impl DeviceModel {
             queue,
             read_iops: iops.map(|i| i.0),
             write_iops: iops.map(|i| i.1),
+            spindle: (name == "hdd-5400").then(Spindle::laptop_5400),
         })
     }
 
@@ -57,12 +63,15 @@ impl DeviceModel {
                 format!(", random {}/{} IOPS", f(r), f(w))
             }
         };
+        let access = match &self.spindle {
+            Some(s) => s.describe(),
+            None => format!("{:?} access", self.access),
+        };
         format!(
-            "{} (emulated: {:.1}/{:.1} MB/s, {:?} access, queue {}{iops})",
+            "{} (emulated: {:.1}/{:.1} MB/s, {access}, queue {}{iops})",
             self.name,
             self.read_bps / 1e6,
             self.write_bps / 1e6,
-            self.access,
             self.queue
         )
     }
@@ -77,6 +86,8 @@ pub struct ModelState {
     /// When the drive's processor takes its next random I/O (IOPS-capped models).
     ops_free: Duration,
     last_end: Option<(u64, u64)>,
+    /// Completion times booked and not yet reached: the commands a spindle may reorder.
+    queued: Vec<Duration>,
 }
 
 impl ModelState {
@@ -86,6 +97,7 @@ impl ModelState {
             pipe_free: Duration::ZERO,
             ops_free: Duration::ZERO,
             last_end: None,
+            queued: Vec::new(),
         }
     }
 
@@ -122,10 +134,15 @@ impl ModelState {
             }
             _ => start,
         };
-        let ready = if sequential {
-            start
-        } else {
-            start + model.access
+        let ready = match (&model.spindle, sequential) {
+            (_, true) => start,
+            (None, false) => start + model.access,
+            (Some(spindle), false) => {
+                self.queued.retain(|&t| t > now);
+                let head = self.last_end.map_or(0, |(o, end)| spindle.position(o, end));
+                let to = spindle.position(object, offset);
+                start + spindle.positioning(head, to, self.queued.len() + 1)
+            }
         };
         let bps = if write {
             model.write_bps
@@ -137,6 +154,9 @@ impl ModelState {
         self.pipe_free = done;
         self.slots[slot] = done;
         self.last_end = Some((object, offset + len));
+        if model.spindle.is_some() {
+            self.queued.push(done);
+        }
         done
     }
 }
@@ -146,6 +166,26 @@ mod tests {
     use super::*;
 
     const MB: u64 = 1_000_000;
+
+    /// Random 4K reads at queue depth `depth` within `span` bytes of one object, each
+    /// submitted when one of the `depth` in flight completes: the IOPS on the virtual clock.
+    fn random_iops(m: &DeviceModel, depth: usize, span: u64) -> f64 {
+        let mut s = ModelState::new(m);
+        let mut inflight = vec![Duration::ZERO; depth];
+        let mut end = Duration::ZERO;
+        let ios = 2000u64;
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..ios {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let offset = (x % (span / 4096)) * 4096;
+            let (k, &free) = inflight.iter().enumerate().min_by_key(|e| e.1).unwrap();
+            inflight[k] = s.schedule(m, free, false, 1, offset, 4096);
+            end = end.max(inflight[k]);
+        }
+        ios as f64 / end.as_secs_f64()
+    }
 
     #[test]
     fn hdd_streams_at_its_rate_and_seeks_on_random_access() {
@@ -158,20 +198,37 @@ mod tests {
         }
         let rate = 100.0 * MB as f64 / t.as_secs_f64() / 1e6;
         assert!((rate - 61.0).abs() < 1.5, "sequential read {rate} MB/s");
-        // Random 4K reads at Q1: one access each, so about 80 IOPS.
-        let mut s = ModelState::new(&m);
-        let mut t = Duration::ZERO;
-        for i in 0..100u64 {
-            t = s.schedule(&m, t, false, 1, (i * 7919 % 1000) * 1_000_000, 4096);
-        }
-        let iops = 100.0 / t.as_secs_f64();
-        assert!((75.0..85.0).contains(&iops), "random read {iops} IOPS");
-        // A queue of 32 does not help a one-actuator disk.
-        let mut s = ModelState::new(&m);
-        let done: Vec<Duration> = (0..32u64)
-            .map(|i| s.schedule(&m, Duration::ZERO, false, 1, i * 10 * MB, 4096))
+        // Over the whole disk, a data sheet's 12 ms average seek and half a revolution: ~57.
+        let whole = random_iops(&m, 1, 1_000_000_000_000);
+        assert!((50.0..62.0).contains(&whole), "whole disk {whole} IOPS");
+        // Within a 1 GB test file the seeks are short: rotation dominates, ~140.
+        let file = random_iops(&m, 1, 1_000 * MB);
+        assert!((120.0..170.0).contains(&file), "1 GB file {file} IOPS");
+    }
+
+    #[test]
+    fn ncq_gains_with_queue_depth_up_to_its_commands() {
+        let m = DeviceModel::profile("hdd-5400").unwrap();
+        let by_depth: Vec<f64> = [1, 2, 4, 8, 16, 32, 64]
+            .iter()
+            .map(|&q| random_iops(&m, q, 1_000 * MB))
             .collect();
-        assert!(done[31] >= m.access * 32);
+        // Each doubling gains, a fifth or so: seeks cannot get shorter than a track's.
+        for w in by_depth.windows(2).take(5) {
+            assert!(w[1] > w[0] && w[1] < w[0] * 1.25, "{by_depth:?}");
+        }
+        let (q1, q32, q64) = (by_depth[0], by_depth[5], by_depth[6]);
+        assert!((2.0..3.0).contains(&(q32 / q1)), "Q32/Q1: {by_depth:?}");
+        // Past the drive's 32 commands, a deeper queue gains nothing.
+        assert!((q64 / q32 - 1.0).abs() < 0.05, "{by_depth:?}");
+        // Without NCQ the queue does not help a one-actuator disk.
+        let mut fifo = m.clone();
+        fifo.spindle.as_mut().unwrap().ncq = 1;
+        let (a, b) = (
+            random_iops(&fifo, 1, 1_000 * MB),
+            random_iops(&fifo, 32, 1_000 * MB),
+        );
+        assert!((b / a - 1.0).abs() < 0.05, "{a} vs {b}");
     }
 
     #[test]

@@ -5,11 +5,13 @@
 
 mod controller;
 mod device;
+mod spindle;
 
 pub use controller::{
     predict_sequential, CacheModel, Controller, ControllerModel, ControllerState,
 };
 pub use device::{DeviceModel, ModelState};
+pub use spindle::Spindle;
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -68,6 +70,7 @@ mod tests {
             queue: 1,
             read_iops: None,
             write_iops: None,
+            spindle: None,
         };
         let e = Emulated::new(m);
         let until = e.book(false, 1, 0, 1_000_000);
