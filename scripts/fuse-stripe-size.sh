@@ -5,11 +5,12 @@
 # prints the table "where more devices stop helping" (MB/s of 4 devices over 1 per stripe
 # size, and the largest size with under 10 % gain). Takes 3 x 6 x 8 tests of DURATION per
 # place: about 12 minutes at the default 5 s; run it on an otherwise idle machine.
-# Knobs: SFS (the binary), DURATION, SIZE (test file), PROFILE, DISK (a folder on ext4),
-# OUT (where the results go), WHERE ("tmpfs ext4", or one of them).
+# Knobs: SFS (the binary), DURATION, RUNS (runs per test, the median kept), SIZE (test file),
+# PROFILE, DISK (a folder on ext4), OUT (where the results go), WHERE ("tmpfs ext4", or one).
 set -eu
 B=${SFS:-$(pwd)/target/release/stripefs}
 DURATION=${DURATION:-5s}
+RUNS=${RUNS:-1}
 SIZE=${SIZE:-256M}
 PROFILE=${PROFILE:-cdm8}
 DISK=${DISK:-/var/tmp/stripefs-finding}
@@ -31,7 +32,7 @@ for where in $WHERE; do
   io=direct; [ "$where" = tmpfs ] && io=buffered
   echo "##### $where ($root), device I/O $io"
   "$B" bench sweep --devices "$devs" --stripe-sizes 8K,16K,32K,64K,128K,256K --widths 1,2,4 \
-    --device-io "$io" --profile "$PROFILE" --size "$SIZE" --duration "$DURATION" \
+    --device-io "$io" --profile "$PROFILE" --size "$SIZE" --duration "$DURATION" --runs "$RUNS" \
     --csv "$OUT/$where.csv" --chart "$OUT/$where.svg" | tee "$OUT/$where.txt"
   [ "$where" = tmpfs ] && umount "$RAM"
 done

@@ -225,7 +225,16 @@ fn uring_worker(
     end: Instant,
 ) -> io::Result<Done> {
     use io_uring::{opcode, types, IoUring};
-    let mut ring = IoUring::new((slots as u32).next_power_of_two().max(2))?;
+    let entries = (slots as u32).next_power_of_two().max(2);
+    // As fio sets up its rings: completions run when this thread asks for them, not as task
+    // work interrupting it (DEFER_TASKRUN, which needs SINGLE_ISSUER); on tmpfs this nearly
+    // doubles the 4K IOPS at Q32. Kernels before 6.1 lack them: a plain ring there.
+    let mut ring = IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::new(entries))?;
     let mut bufs: Vec<Aligned> = (0..slots)
         .map(|i| Aligned::new(sh.bs as usize, seed ^ (i as u64 + 1).wrapping_mul(0x9E37)))
         .collect();

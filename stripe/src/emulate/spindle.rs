@@ -42,9 +42,9 @@ impl Spindle {
     /// Where `offset` of `object` lies on the platter: objects at spread-out places (a
     /// multiplicative hash of the id), each one contiguous.
     pub fn position(&self, object: u64, offset: u64) -> u64 {
-        let cap = self.capacity.max(1);
-        let base = object.wrapping_mul(0x9E37_79B9_7F4A_7C15) % cap;
-        (base + offset % cap) % cap
+        let cap = u128::from(self.capacity.max(1));
+        let base = u128::from(object.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        ((base + u128::from(offset)) % cap) as u64
     }
 
     /// Positioning time from `from` to `to` with `queued` commands (this one included) the
