@@ -833,8 +833,10 @@ mod tests {
                 d.store(true, Relaxed);
                 tx.send(r.is_ok()).unwrap()
             });
-            // The call returned; the device's 300 ms access has not passed yet.
+            // The call returned; the device's 300 ms access has not passed yet, and the
+            // device is busy until then: the next request does not run on its submitter.
             assert!(!done.load(Relaxed), "{choice:?}");
+            assert!(!v.idle(), "{choice:?}: idle with an emulated I/O pending");
             assert!(rx.recv().unwrap());
         }
     }

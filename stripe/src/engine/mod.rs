@@ -50,6 +50,14 @@ thread_local! {
     /// wait for it now: I/O it submits does not run on it, even with the engine idle, or the
     /// requests queued behind the one it waits for would reach the devices one at a time.
     static SERVES_MANY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The engine's own threads (completions, I/O workers, the timer): a callback they run
+    /// may submit more I/O, and must not wait for room that only they can make.
+    static ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one of the engine's own (see `ENGINE_THREAD`).
+pub(crate) fn this_is_an_engine_thread() {
+    ENGINE_THREAD.with(|s| s.set(true));
 }
 
 /// Tells whether the calling thread has other requests waiting for it (see `SERVES_MANY`):
@@ -191,12 +199,13 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    /// Counts `n` more ops in, waiting while the engine is full (one request always gets in).
+    /// Counts `n` more ops in, waiting while the engine is full (one request always gets in,
+    /// and the engine's own threads never wait).
     /// Returns whether nothing was in flight.
     fn enter(&self, n: usize) -> bool {
         loop {
             let now = self.ops.load(SeqCst);
-            if now == 0 || now + n <= MAX_IN_FLIGHT {
+            if now == 0 || now + n <= MAX_IN_FLIGHT || ENGINE_THREAD.with(|s| s.get()) {
                 if self
                     .ops
                     .compare_exchange(now, now + n, SeqCst, SeqCst)
@@ -344,14 +353,23 @@ pub(crate) fn run_blocking(timer: &timer::Timer, mut op: Box<DevOp>) {
 }
 
 /// Runs a finished op's callback, at once or when its emulated device would have finished.
+/// The op counts as in flight until then: an emulated device is busy until its model says,
+/// and an engine that looked idle meanwhile would have every next request done (and, for a
+/// caller that waits, waited for) on its submitter's thread, one per thread.
 pub(crate) fn finish(timer: &timer::Timer, mut op: Box<DevOp>, result: io::Result<()>) {
-    if let Some(c) = op.counted.take() {
-        c.leave();
-    }
-    let Some(cb) = op.on_done.take() else { return };
+    let counted = op.counted.take();
+    let done = move |cb: Option<OnDone>, result| {
+        if let Some(c) = counted {
+            c.leave();
+        }
+        if let Some(cb) = cb {
+            guarded(cb, result);
+        }
+    };
+    let cb = op.on_done.take();
     match op.not_before {
-        Some(t) if t > Instant::now() => timer.at(t, Box::new(move || guarded(cb, result))),
-        _ => guarded(cb, result),
+        Some(t) if t > Instant::now() => timer.at(t, Box::new(move || done(cb, result))),
+        _ => done(cb, result),
     }
 }
 

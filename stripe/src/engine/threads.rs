@@ -45,7 +45,10 @@ impl Threads {
                 let (q, timer) = (q.clone(), self.timer.clone());
                 let thread = std::thread::Builder::new()
                     .name(format!("stripefs-io{dev}.{i}"))
-                    .spawn(move || work(&q, &timer))?;
+                    .spawn(move || {
+                        super::this_is_an_engine_thread();
+                        work(&q, &timer)
+                    })?;
                 self.threads.lock().push(thread);
             }
         }

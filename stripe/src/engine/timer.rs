@@ -51,7 +51,10 @@ impl Timer {
         let q = queue.clone();
         let thread = std::thread::Builder::new()
             .name("stripefs-timer".into())
-            .spawn(move || run(&q.0, &q.1))?;
+            .spawn(move || {
+                super::this_is_an_engine_thread();
+                run(&q.0, &q.1)
+            })?;
         Ok(Timer {
             queue,
             thread: Mutex::new(Some(thread)),

@@ -58,7 +58,10 @@ impl Uring {
         let r = ring.clone();
         let thread = std::thread::Builder::new()
             .name("stripefs-uring".into())
-            .spawn(move || r.complete_loop())?;
+            .spawn(move || {
+                super::this_is_an_engine_thread();
+                r.complete_loop()
+            })?;
         Ok(Uring {
             ring,
             thread: Some(thread),
