@@ -225,6 +225,10 @@ fn uring_worker(
     end: Instant,
 ) -> io::Result<Done> {
     use io_uring::{opcode, types, IoUring};
+    // Declared before the ring, so dropped after it.
+    let mut bufs: Vec<Aligned> = (0..slots)
+        .map(|i| Aligned::new(sh.bs as usize, seed ^ (i as u64 + 1).wrapping_mul(0x9E37)))
+        .collect();
     let entries = (slots as u32).next_power_of_two().max(2);
     // As fio sets up its rings: completions run when this thread asks for them, not as task
     // work interrupting it (DEFER_TASKRUN, which needs SINGLE_ISSUER); on tmpfs this nearly
@@ -235,9 +239,6 @@ fn uring_worker(
         .setup_defer_taskrun()
         .build(entries)
         .or_else(|_| IoUring::new(entries))?;
-    let mut bufs: Vec<Aligned> = (0..slots)
-        .map(|i| Aligned::new(sh.bs as usize, seed ^ (i as u64 + 1).wrapping_mul(0x9E37)))
-        .collect();
     let mut since = vec![Instant::now(); slots];
     let mut reading = vec![true; slots];
     let mut rng = seed | 1;
@@ -275,7 +276,12 @@ fn uring_worker(
         outstanding += 1;
     }
     while outstanding > 0 {
-        ring.submit_and_wait(1)?;
+        // A signal (Ctrl-C stops a run) must not end the loop with I/Os still in flight into
+        // buffers that are then freed.
+        match ring.submit_and_wait(1) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => r?,
+        };
         let reaped: Vec<(usize, i32)> = ring
             .completion()
             .map(|c| (c.user_data() as usize, c.result()))

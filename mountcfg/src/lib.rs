@@ -975,6 +975,16 @@ fn validate_emulation(
             .access
             .map(|a| duration_value(ctx, a, "volume.emulate.access"))
             .transpose()?;
+        if let (Some(a), Some(span)) = (access, &access_span) {
+            if a > Duration::from_secs(10) {
+                return Err(ctx.err(
+                    span.clone(),
+                    "volume.emulate.access",
+                    "an access takes at most 10s",
+                ));
+            }
+        }
+        let queue_span = e.queue.as_ref().map(|q| q.span());
         let queue = e
             .queue
             .map(|q| {
@@ -998,6 +1008,13 @@ fn validate_emulation(
                 ncq: e.ncq,
             },
         )?;
+        if let (Some(span), true) = (queue_span, spindle.any()) {
+            return Err(ctx.err(
+                span,
+                "volume.emulate.queue",
+                "a spinning disk has one actuator: its queue is ncq",
+            ));
+        }
         if let (Some(span), true) = (access_span, spindle.any()) {
             return Err(ctx.err(
                 span,
@@ -1046,8 +1063,17 @@ fn spindle_keys(ctx: &Ctx, e: RawSpindle) -> Result<SpindleKeys, ConfigError> {
         })
         .transpose()?;
     let full_seek_span = e.full_seek.as_ref().map(|v| v.span());
-    let seek =
-        |v: Option<Spanned<String>>, key: &str| v.map(|v| duration_value(ctx, v, key)).transpose();
+    let seek = |v: Option<Spanned<String>>, key: &str| {
+        v.map(|v| {
+            let span = v.span();
+            let d = duration_value(ctx, v, key)?;
+            if d > Duration::from_secs(1) {
+                return Err(ctx.err(span, key, "a seek takes at most 1s"));
+            }
+            Ok(d)
+        })
+        .transpose()
+    };
     let track_seek = seek(e.track_seek, "volume.emulate.track_seek")?;
     let full_seek = seek(e.full_seek, "volume.emulate.full_seek")?;
     if let (Some(t), Some(f), Some(span)) = (track_seek, full_seek, full_seek_span) {
@@ -1063,11 +1089,11 @@ fn spindle_keys(ctx: &Ctx, e: RawSpindle) -> Result<SpindleKeys, ConfigError> {
         None => None,
         Some(v) => {
             let (n, span, text) = size_value(ctx, v, "volume.emulate.capacity")?;
-            if n == 0 {
+            if n < 1 << 30 {
                 return Err(ctx.err(
                     span,
                     "volume.emulate.capacity",
-                    format!("capacity = {text}: must be more than 0"),
+                    format!("capacity = {text}: a spinning disk holds at least 1G"),
                 ));
             }
             Some(n)

@@ -62,7 +62,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err("must be a positive duration".into());
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| "is too long".into())
 }
 
 #[cfg(test)]

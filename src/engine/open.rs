@@ -127,6 +127,12 @@ pub fn device_model(e: &mountcfg::Emulation) -> Result<stripe::DeviceModel> {
         s.full_seek = keys.full_seek.unwrap_or(s.full_seek);
         s.capacity = keys.capacity.unwrap_or(s.capacity);
         s.ncq = keys.ncq.unwrap_or(s.ncq);
+        if s.full_seek < s.track_seek {
+            return Err(Error::Usage(format!(
+                "[[volume.emulate]] device {:?}: full_seek ({:?}) is shorter than track_seek ({:?})",
+                e.devices, s.full_seek, s.track_seek
+            )));
+        }
     }
     Ok(m)
 }

@@ -697,6 +697,12 @@ mod tests {
             let here = std::thread::current().id();
             for waiting in [false, true] {
                 crate::engine::other_requests_wait_for_this_thread(waiting);
+                // On a loaded machine the engine's threads may not have let go of the last
+                // op yet: the first case is about an idle engine, so wait until it is one.
+                let since = std::time::Instant::now();
+                while !waiting && !v.idle() && since.elapsed().as_secs() < 5 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
                 let (tx, rx) = std::sync::mpsc::channel();
                 v.read_async(3, &layout, 0, 4096, move |r| {
                     tx.send((std::thread::current().id(), r.map(|b| b[0]).ok()))
@@ -706,8 +712,14 @@ mod tests {
                 assert_eq!(byte, Some(5));
                 // io_uring may complete a cached read at once, reaped by the submitter without
                 // waiting; the threads engine never runs a handed-off op on it.
-                if choice == EngineChoice::Threads {
-                    assert_eq!(on == here, !waiting, "others waiting: {waiting}");
+                // (Handed off, the request's end may still run here: the submitter holds the
+                // request open until all its pieces are out, and a fast worker can finish
+                // first; only the lone case is certain.)
+                if choice == EngineChoice::Threads && !waiting {
+                    assert!(
+                        on == here,
+                        "a lone request on an idle engine was handed off"
+                    );
                 }
                 // What the write path asks before writing on this thread.
                 assert_eq!(v.idle(), !waiting, "{choice:?}, others waiting: {waiting}");

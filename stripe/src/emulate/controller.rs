@@ -57,7 +57,7 @@ impl ControllerModel {
                 cache: Some(CacheModel {
                     size: 512 << 20,
                     bps: 6400e6,
-                    command_cost: Duration::from_micros(4),
+                    command_cost: Duration::from_micros(7),
                     read_ahead: true,
                 }),
             }),

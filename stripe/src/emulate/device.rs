@@ -93,7 +93,14 @@ pub struct ModelState {
 impl ModelState {
     pub fn new(model: &DeviceModel) -> ModelState {
         ModelState {
-            slots: vec![Duration::ZERO; model.queue.max(1)],
+            // A spinning disk has one actuator: its commands queue (NCQ), not overlap.
+            slots: vec![
+                Duration::ZERO;
+                match model.spindle {
+                    Some(_) => 1,
+                    None => model.queue.max(1),
+                }
+            ],
             pipe_free: Duration::ZERO,
             ops_free: Duration::ZERO,
             last_end: None,
@@ -121,6 +128,7 @@ impl ModelState {
             .expect("at least one slot");
         let start = free.max(now);
         let sequential = self.last_end == Some((object, offset));
+        self.queued.retain(|&t| t > now);
         let cap = if write {
             model.write_iops
         } else {
@@ -138,7 +146,6 @@ impl ModelState {
             (_, true) => start,
             (None, false) => start + model.access,
             (Some(spindle), false) => {
-                self.queued.retain(|&t| t > now);
                 let head = self.last_end.map_or(0, |(o, end)| spindle.position(o, end));
                 let to = spindle.position(object, offset);
                 start + spindle.positioning(head, to, self.queued.len() + 1)
