@@ -27,8 +27,9 @@ pub struct DeviceModel {
 
 impl DeviceModel {
     /// The profiles the seeds measured: HDD 5400 rpm about 61/60 MB/s, a laptop disk's seeks
-    /// and rotation with NCQ (its `access` is the whole-disk average, for reports); SATA SSD (Intel S3520) about 445/392 MB/s, its random 4K capped at the data
-    /// sheet's 67,500 read / 17,000 write IOPS; NVMe about 1397/713 MB/s.
+    /// and rotation with NCQ (its `access` is the whole-disk average, for reports); SATA SSD
+    /// (Intel S3520) about 445/392 MB/s, its random 4K capped at the data sheet's 67,500 read
+    /// / 17,000 write IOPS; NVMe about 1397/713 MB/s.
     pub fn profile(name: &str) -> Option<DeviceModel> {
         let (r, w, access_us, queue, iops) = match name {
             "hdd-5400" => (61.0, 60.0, 17_600, 1, None),
