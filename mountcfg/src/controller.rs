@@ -67,19 +67,13 @@ pub(crate) fn validate_controller(
     let cache_mbps = rate(c.cache_mbps, "volume.controller.cache_mbps")?;
     let command_cost = cost(c.command_cost, "volume.controller.command_cost")?;
     let cache_command_cost = cost(c.cache_command_cost, "volume.controller.cache_command_cost")?;
-    let max_commands = c
-        .max_commands
-        .map(|q| {
-            checked(
-                ctx,
-                q,
-                "volume.controller.max_commands",
-                |n| (1..=65536).contains(&n),
-                "must be from 1 to 65536",
-            )
-        })
-        .transpose()?
-        .map(|n| n as usize);
+    let max_commands = count_in(
+        ctx,
+        c.max_commands,
+        "volume.controller.max_commands",
+        1..=65536,
+        "must be from 1 to 65536",
+    )?;
     let cache_size = match c.cache_size {
         None => None,
         Some(v) => {

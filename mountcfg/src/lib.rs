@@ -973,31 +973,24 @@ fn validate_emulation(
         let access_span = e.access.as_ref().map(|a| a.span());
         let access = e
             .access
-            .map(|a| duration_value(ctx, a, "volume.emulate.access"))
-            .transpose()?;
-        if let (Some(a), Some(span)) = (access, &access_span) {
-            if a > Duration::from_secs(10) {
-                return Err(ctx.err(
-                    span.clone(),
-                    "volume.emulate.access",
-                    "an access takes at most 10s",
-                ));
-            }
-        }
-        let queue_span = e.queue.as_ref().map(|q| q.span());
-        let queue = e
-            .queue
-            .map(|q| {
-                checked(
+            .map(|a| {
+                duration_at_most(
                     ctx,
-                    q,
-                    "volume.emulate.queue",
-                    |n| (1..=1024).contains(&n),
-                    "must be from 1 to 1024",
+                    a,
+                    "volume.emulate.access",
+                    Duration::from_secs(10),
+                    "an access takes at most 10s",
                 )
             })
-            .transpose()?
-            .map(|n| n as usize);
+            .transpose()?;
+        let queue_span = e.queue.as_ref().map(|q| q.span());
+        let queue = count_in(
+            ctx,
+            e.queue,
+            "volume.emulate.queue",
+            1..=1024,
+            "must be from 1 to 1024",
+        )?;
         let spindle = spindle_keys(
             ctx,
             RawSpindle {
@@ -1065,12 +1058,13 @@ fn spindle_keys(ctx: &Ctx, e: RawSpindle) -> Result<SpindleKeys, ConfigError> {
     let full_seek_span = e.full_seek.as_ref().map(|v| v.span());
     let seek = |v: Option<Spanned<String>>, key: &str| {
         v.map(|v| {
-            let span = v.span();
-            let d = duration_value(ctx, v, key)?;
-            if d > Duration::from_secs(1) {
-                return Err(ctx.err(span, key, "a seek takes at most 1s"));
-            }
-            Ok(d)
+            duration_at_most(
+                ctx,
+                v,
+                key,
+                Duration::from_secs(1),
+                "a seek takes at most 1s",
+            )
         })
         .transpose()
     };
@@ -1099,19 +1093,13 @@ fn spindle_keys(ctx: &Ctx, e: RawSpindle) -> Result<SpindleKeys, ConfigError> {
             Some(n)
         }
     };
-    let ncq = e
-        .ncq
-        .map(|q| {
-            checked(
-                ctx,
-                q,
-                "volume.emulate.ncq",
-                |n| (1..=256).contains(&n),
-                "must be from 1 (in order) to 256 commands",
-            )
-        })
-        .transpose()?
-        .map(|n| n as usize);
+    let ncq = count_in(
+        ctx,
+        e.ncq,
+        "volume.emulate.ncq",
+        1..=256,
+        "must be from 1 (in order) to 256 commands",
+    )?;
     Ok(SpindleKeys {
         rpm,
         track_seek,
@@ -1315,6 +1303,34 @@ fn checked<N: Copy + std::fmt::Display>(
         let short = key.rsplit('.').next().unwrap_or(key);
         Err(ctx.err(span, key, format!("{short} = {n}: {rule}")))
     }
+}
+
+/// A count, if given, within `range`.
+fn count_in(
+    ctx: &Ctx,
+    v: Option<Spanned<i64>>,
+    key: &str,
+    range: std::ops::RangeInclusive<i64>,
+    rule: &str,
+) -> Result<Option<usize>, ConfigError> {
+    v.map(|v| checked(ctx, v, key, |n| range.contains(&n), rule).map(|n| n as usize))
+        .transpose()
+}
+
+/// A duration no longer than `max`.
+fn duration_at_most(
+    ctx: &Ctx,
+    v: Spanned<String>,
+    key: &str,
+    max: Duration,
+    rule: &str,
+) -> Result<Duration, ConfigError> {
+    let span = v.span();
+    let d = duration_value(ctx, v, key)?;
+    if d > max {
+        return Err(ctx.err(span, key, rule));
+    }
+    Ok(d)
 }
 
 /// One of a few words; each option is its spellings (the first is shown) and its value.
