@@ -297,15 +297,15 @@ fn transport_choice(config: mountcfg::Transport) -> Result<mountcfg::Transport> 
 /// for it where the kernel allows it (`enable_uring`), `uring` insists (the mount fails where
 /// it cannot be had), `dev` never asks. The kernel parameter is the administrator's: never
 /// changed here.
-fn uring_config(config: mountcfg::Transport) -> Result<Option<fusewire::UringConfig>> {
-    let t = transport_choice(config)?;
+fn uring_config(mount: &mountcfg::MountSection) -> Result<Option<fusewire::UringConfig>> {
+    let t = transport_choice(mount.transport)?;
     let asked = match std::env::var(TRANSPORT_ENV) {
         Ok(v) => format!("{TRANSPORT_ENV}={v}"),
         Err(_) => "transport = \"uring\"".to_string(),
     };
     let ring = fusewire::UringConfig {
-        threads: 0,
-        depth: 0,
+        threads: mount.uring_threads,
+        depth: mount.uring_depth,
     };
     let enabled = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
@@ -351,7 +351,7 @@ fn serve(
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
     // Before the volume is opened: a transport that cannot be had fails the mount untouched.
-    let uring = uring_config(config.mount.transport)?;
+    let uring = uring_config(&config.mount)?;
     raise_open_file_limit();
     let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;

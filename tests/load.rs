@@ -267,3 +267,132 @@ fn other_users_are_checked_and_controls_need_ownership() {
     ]);
     stripefs_ok(&["mode", v.mnt_str(), "wa"]);
 }
+
+/// A 4K-aligned buffer, as O_DIRECT wants.
+struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size; freed in Drop with the same layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Aligned { ptr, layout }
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: `layout.size()` initialised bytes, borrowed through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// The byte a file of this test holds at `offset` (never zero, so a hole tells).
+fn busy_byte(offset: u64) -> u8 {
+    (offset / 4096 % 251 + 1) as u8
+}
+
+/// Truncates, punches, fsyncs and chmods of a file while readers and a writer keep direct
+/// I/O in flight on it: nothing stalls (over FUSE over io_uring such a request must not wait
+/// on a ring thread for locks that thread's own device I/O holds), no call fails, and every
+/// byte read is the file's data or a hole's zero.
+#[test]
+fn resizes_and_punches_under_io_in_flight_never_stall() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::io::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::{mpsc, Arc};
+    const SIZE: u64 = 8 << 20;
+    let mut v = TestVolume::new(4, "64K", "");
+    v.mount();
+    let path = v.path("busy");
+    let conn = fuse_connection(&v.mnt);
+    fs::write(&path, (0..SIZE).map(busy_byte).collect::<Vec<u8>>()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let open = |write: bool| {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap()
+    };
+    let mut workers = Vec::new();
+    for t in 0..5u64 {
+        let (f, stop) = (open(t == 0), stop.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut rng = Rng::new(t + 7);
+            let mut buf = Aligned::new(256 << 10);
+            let mut ops = 0u64;
+            while !stop.load(Relaxed) {
+                let len = (rng.below(64) as usize + 1) * 4096;
+                let off = rng.below(SIZE / 4096 - 64) * 4096;
+                let b = &mut buf.buf()[..len];
+                if t == 0 {
+                    // The writer puts the file's own bytes back: the data stays data or hole.
+                    for (i, x) in b.iter_mut().enumerate() {
+                        *x = busy_byte(off + i as u64);
+                    }
+                    f.write_all_at(b, off).unwrap();
+                } else {
+                    let n = f.read_at(b, off).unwrap();
+                    for (i, &x) in b[..n].iter().enumerate() {
+                        let at = off + i as u64;
+                        assert!(x == 0 || x == busy_byte(at), "byte {at}: {x}");
+                    }
+                }
+                ops += 1;
+            }
+            ops
+        }));
+    }
+    let (tx, rx) = mpsc::channel();
+    let (f, p) = (open(true), path.clone());
+    std::thread::spawn(move || {
+        let mut rng = Rng::new(3);
+        for round in 0..40u32 {
+            f.set_len(SIZE / 2).unwrap();
+            let at = rng.below(SIZE / 4096 - 256) as i64 * 4096;
+            // SAFETY: fallocate(2) on an open descriptor.
+            let r = unsafe {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    at,
+                    1 << 20,
+                )
+            };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            f.set_len(SIZE).unwrap();
+            f.sync_all().unwrap();
+            let mode = if round % 2 == 0 { 0o600 } else { 0o644 };
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let _ = tx.send(());
+    });
+    let finished = rx.recv_timeout(Duration::from_secs(120));
+    stop.store(true, Relaxed);
+    match finished {
+        Ok(()) => {}
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            // The stalled requests cannot be interrupted otherwise.
+            abort_fuse_connection(conn);
+            panic!("truncates and punches stalled under I/O in flight")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the truncating thread failed (its panic is above)")
+        }
+    }
+    let ops: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    eprintln!("{ops} direct reads and writes beside 40 truncate/punch/fsync rounds");
+    assert!(ops > 0);
+}

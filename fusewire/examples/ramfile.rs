@@ -200,7 +200,10 @@ impl Filesystem for RamFile {
         b.inflight.lock().unwrap().insert(id, pending);
         // SAFETY: the read buffer belongs to the DataReply, the write data to the ring entry,
         // both kept until the reply, which waits for this completion.
-        unsafe { ring.push(sqe, id) };
+        if let Err(e) = unsafe { ring.push(sqe, id) } {
+            // Not queued: answered as its completion would be.
+            self.ring_completion(ring, id, -e.raw_os_error().unwrap_or(libc::EIO));
+        }
     }
 
     fn ring_completion(&self, _ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {

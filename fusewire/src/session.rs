@@ -32,6 +32,13 @@ pub trait Filesystem: Send + Sync + 'static {
         let _ = ring;
         self.request(req, reply)
     }
+    /// Whether `req`, which came over io_uring, may run on its ring thread now. `false` hands
+    /// it to the session's offload thread: for a request that could wait for something only
+    /// this ring thread's own completions release (see [`RingCtx::own_in_flight`]). By
+    /// default: yes.
+    fn runs_on_ring(&self, _req: &Request<'_>, _ring: &RingCtx<'_>) -> bool {
+        true
+    }
     /// The completion of an SQE the filesystem queued through a [`RingCtx`].
     fn ring_completion(&self, _ring: &RingCtx<'_>, _user_data: u64, _result: i32) {}
     /// The kernel dropped `nlookup` references to `nodeid`.

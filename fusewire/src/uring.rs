@@ -28,7 +28,7 @@ use std::alloc::Layout;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::{JoinHandle, ThreadId};
 
 /// The io_uring queues.
@@ -243,14 +243,20 @@ impl ReplySink for UringSink {
     }
 }
 
-/// The running ring threads.
+/// A request a ring thread hands to the offload thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The running ring threads, and the thread that runs requests they must not
+/// ([`Filesystem::runs_on_ring`]).
 pub(crate) struct Rings {
     rings: Vec<Arc<Ring>>,
     threads: Vec<JoinHandle<()>>,
+    offload: Option<(mpsc::Sender<Job>, JoinHandle<()>)>,
 }
 
 impl Rings {
-    /// Stops the ring threads (after the connection ended) and waits for them.
+    /// Stops the ring threads (after the connection ended) and waits for them, then for the
+    /// offload thread's last request.
     pub fn stop(self) {
         for r in &self.rings {
             r.stop.store(true, Ordering::Release);
@@ -259,7 +265,24 @@ impl Rings {
         for t in self.threads {
             let _ = t.join();
         }
+        if let Some((tx, thread)) = self.offload {
+            drop(tx);
+            let _ = thread.join();
+        }
     }
+}
+
+/// Starts the offload thread: it runs the jobs sent until every sender is gone.
+fn start_offload() -> io::Result<(mpsc::Sender<Job>, JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let thread = std::thread::Builder::new()
+        .name("fuse-ring-offload".into())
+        .spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+    Ok((tx, thread))
 }
 
 /// user_data of the eventfd poll.
@@ -269,19 +292,33 @@ const FS_BIT: u64 = 1 << 63;
 
 type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
 
-/// Queues an SQE; only the ring thread does, so no other queue borrow is alive.
-fn push_sqe(uring: &Uring, sqe: &squeue::Entry128) {
-    // SAFETY: the ring thread is the only one touching this ring's submission queue, and no
-    // other SubmissionQueue of it is alive while this one is; what the SQE points to is the
-    // pusher's to keep valid (our entries live as long as the ring thread).
+/// Queues an SQE; only the ring thread does, so no other queue borrow is alive. A full
+/// submission queue is submitted; completions the kernel holds back meanwhile (a full
+/// completion queue) are moved to `reaped`. `Err`: not queued.
+fn push_sqe(
+    uring: &Uring,
+    sqe: &squeue::Entry128,
+    reaped: &std::cell::RefCell<Vec<(u64, i32)>>,
+) -> io::Result<()> {
+    // SAFETY: the ring thread is the only one touching this ring's queues, and no other
+    // queue of it is borrowed while this one is; what the SQE points to is the pusher's to
+    // keep valid (our entries live as long as the ring thread).
     while unsafe { uring.submission_shared().push(sqe) }.is_err() {
-        if let Err(e) = uring.submitter().submit() {
-            log::warn!("io_uring submit: {e}");
-            if e.raw_os_error() != Some(libc::EBUSY) {
-                return;
+        match uring.submitter().submit() {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
+                // SAFETY: as above, for the completion queue.
+                let cq = unsafe { uring.completion_shared() };
+                reaped
+                    .borrow_mut()
+                    .extend(cq.map(|c| (c.user_data(), c.result())));
+                std::thread::yield_now();
             }
+            Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 /// The ring thread's io_uring, lent to the filesystem while it runs on that thread
@@ -294,6 +331,10 @@ pub struct RingCtx<'a> {
     thread: usize,
     /// Completions taken from the ring and not handled yet.
     unhandled: std::cell::Cell<usize>,
+    /// Completions taken off the ring while pushing (a full completion queue).
+    reaped: std::cell::RefCell<Vec<(u64, i32)>>,
+    /// The filesystem's SQEs not completed yet.
+    own_in_flight: std::cell::Cell<usize>,
 }
 
 impl RingCtx<'_> {
@@ -306,18 +347,44 @@ impl RingCtx<'_> {
     /// now is alone, and the thread may as well wait for its I/O itself.
     pub fn others_waiting(&self) -> bool {
         // SAFETY: only this thread reads the completion queue; its length is read, not taken.
-        self.unhandled.get() > 0 || !unsafe { self.uring.completion_shared() }.is_empty()
+        self.unhandled.get() > 0
+            || !self.reaped.borrow().is_empty()
+            || !unsafe { self.uring.completion_shared() }.is_empty()
     }
 
     /// Queues `sqe`; its completion comes to [`Filesystem::ring_completion`] with
-    /// `user_data` (below 2^63) on this thread.
+    /// `user_data` (below 2^63) on this thread. `Err`: not queued (the ring failed).
     ///
     /// # Safety
     /// Whatever the SQE points to (buffers, iovecs, paths) must stay valid until its
     /// completion, and its file descriptor open.
-    pub unsafe fn push(&self, sqe: squeue::Entry, user_data: u64) {
+    pub unsafe fn push(&self, sqe: squeue::Entry, user_data: u64) -> io::Result<()> {
         let sqe: squeue::Entry128 = sqe.user_data((user_data & !FS_BIT) | FS_BIT).into();
-        push_sqe(self.uring, &sqe);
+        push_sqe(self.uring, &sqe, &self.reaped)?;
+        self.own_in_flight.set(self.own_in_flight.get() + 1);
+        Ok(())
+    }
+
+    /// The filesystem's SQEs on this ring whose completions have not come yet. While there
+    /// are some, this thread must not wait for anything they hold (a lock a completion
+    /// releases): [`Filesystem::runs_on_ring`].
+    pub fn own_in_flight(&self) -> usize {
+        self.own_in_flight.get()
+    }
+
+    /// Queues one of the transport's own commands; one that cannot be queued costs its
+    /// entry (logged).
+    fn push_command(&self, sqe: &squeue::Entry128) {
+        if let Err(e) = push_sqe(self.uring, sqe, &self.reaped) {
+            log::warn!("io_uring submit: {e}");
+        }
+    }
+
+    /// Completions taken off the ring: those moved aside while pushing, then the queue's.
+    fn take_completions(&self, into: &mut Vec<(u64, i32)>) {
+        into.append(&mut self.reaped.borrow_mut());
+        // SAFETY: only this thread reads the completion queue.
+        into.extend(unsafe { self.uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
     }
 }
 
@@ -384,28 +451,41 @@ impl Prepared {
         fd: Arc<OwnedFd>,
         shared: Arc<Shared<F>>,
     ) -> io::Result<Rings> {
-        let mut rings = Vec::new();
-        let mut threads = Vec::new();
+        let offload = start_offload()?;
+        let mut running = Rings {
+            rings: Vec::new(),
+            threads: Vec::new(),
+            offload: None,
+        };
         for (t, (ring, uring)) in self.rings.into_iter().enumerate() {
-            let (r, f, s) = (ring.clone(), fd.clone(), shared.clone());
-            let (tx, rx) = std::sync::mpsc::channel();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("fuse-ring-{t}"))
-                    .spawn(move || ring_thread(t, uring, r, f, s, tx))?,
-            );
-            rings.push(ring);
+            let (r, f, s, o) = (ring.clone(), fd.clone(), shared.clone(), offload.0.clone());
+            let (tx, rx) = mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name(format!("fuse-ring-{t}"))
+                .spawn(move || ring_thread(t, uring, r, f, s, o, tx));
+            let thread = match spawned {
+                Ok(thread) => thread,
+                Err(e) => {
+                    running.offload = Some(offload);
+                    running.stop();
+                    return Err(e);
+                }
+            };
+            running.threads.push(thread);
+            running.rings.push(ring);
             // Registration errors (EOPNOTSUPP, EINVAL) come back as the first completions.
             let started = match rx.recv_timeout(std::time::Duration::from_secs(5)) {
                 Ok(r) => r,
                 Err(_) => Err(io::Error::other("ring thread did not start")),
             };
             if let Err(e) = started {
-                Rings { rings, threads }.stop();
+                running.offload = Some(offload);
+                running.stop();
                 return Err(e);
             }
         }
-        Ok(Rings { rings, threads })
+        running.offload = Some(offload);
+        Ok(running)
     }
 }
 
@@ -449,7 +529,8 @@ fn ring_thread<F: Filesystem>(
     ring: Arc<Ring>,
     fd: Arc<OwnedFd>,
     shared: Arc<Shared<F>>,
-    started: std::sync::mpsc::Sender<io::Result<()>>,
+    offload: mpsc::Sender<Job>,
+    started: mpsc::Sender<io::Result<()>>,
 ) {
     let _ = ring.thread.set(std::thread::current().id());
     pin_to_its_cpu(&ring);
@@ -476,32 +557,35 @@ fn ring_thread<F: Filesystem>(
     // The last command per entry (to resubmit on EAGAIN/EINTR) and its commit id.
     let mut last: Vec<(u32, u64)> = vec![(FUSE_IO_URING_CMD_REGISTER, 0); n];
     let mut live = n;
-    let push = |uring: &Uring, sqe: &squeue::Entry128| push_sqe(uring, sqe);
     let ctx = RingCtx {
         uring: &uring,
         thread,
         unhandled: std::cell::Cell::new(0),
+        reaped: std::cell::RefCell::new(Vec::new()),
+        own_in_flight: std::cell::Cell::new(0),
     };
     for (i, e) in ring.ents.iter().enumerate() {
-        push(
-            &uring,
-            &command(raw, e, i, FUSE_IO_URING_CMD_REGISTER, 0, iovs[i].as_ptr()),
-        );
+        ctx.push_command(&command(
+            raw,
+            e,
+            i,
+            FUSE_IO_URING_CMD_REGISTER,
+            0,
+            iovs[i].as_ptr(),
+        ));
     }
     let poll = opcode::PollAdd::new(types::Fd(ring.wake.as_raw_fd()), libc::POLLIN as u32)
         .build()
         .user_data(WAKE);
-    push(&uring, &poll.clone().into());
+    ctx.push_command(&poll.clone().into());
     if let Err(e) = uring.submit() {
         let _ = started.send(Err(e));
         return;
     }
     // A REGISTER fails at once (its completion is posted during the submit); a good one
     // completes only when a request comes. So what is in the queue now tells.
-    // SAFETY (every completion_shared): only this thread reads the completion queue.
-    let mut cqes: Vec<(u64, i32)> = unsafe { uring.completion_shared() }
-        .map(|c| (c.user_data(), c.result()))
-        .collect();
+    let mut cqes = Vec::new();
+    ctx.take_completions(&mut cqes);
     let failed = cqes
         .iter()
         .find(|&&(d, r)| d != WAKE && r < 0 && r != -libc::EAGAIN && r != -libc::EINTR);
@@ -518,10 +602,11 @@ fn ring_thread<F: Filesystem>(
                 let mut v = 0u64;
                 // SAFETY: reads 8 bytes into a local from our non-blocking eventfd.
                 unsafe { libc::read(ring.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-                push(&uring, &poll.clone().into());
+                ctx.push_command(&poll.clone().into());
                 continue;
             }
             if data & FS_BIT != 0 {
+                ctx.own_in_flight.set(ctx.own_in_flight.get() - 1);
                 shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
                 continue;
             }
@@ -534,7 +619,7 @@ fn ring_thread<F: Filesystem>(
                     libc::EAGAIN | libc::EINTR => {
                         let (cmd, id) = last[idx];
                         let sqe = command(raw, &ring.ents[idx], idx, cmd, id, iovs[idx].as_ptr());
-                        push(&uring, &sqe);
+                        ctx.push_command(&sqe);
                     }
                     e => {
                         // ENOTCONN/ECONNABORTED: the connection ended (unmount).
@@ -547,7 +632,7 @@ fn ring_thread<F: Filesystem>(
                 }
                 continue;
             }
-            last[idx].1 = handle(&ring, idx, &shared, &proto, &ctx);
+            last[idx].1 = handle(&ring, idx, &shared, &proto, &ctx, &offload);
         }
         // Commit what was answered (inline or from other threads) and fetch the next.
         let done = std::mem::take(&mut *ring.done.lock());
@@ -569,7 +654,7 @@ fn ring_thread<F: Filesystem>(
                 last[idx].1,
                 iovs[idx].as_ptr(),
             );
-            push(&uring, &sqe);
+            ctx.push_command(&sqe);
         }
         if live == 0 || ring.stop.load(Ordering::Acquire) {
             break;
@@ -582,7 +667,30 @@ fn ring_thread<F: Filesystem>(
                 break;
             }
         }
-        cqes.extend(unsafe { uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+        ctx.take_completions(&mut cqes);
+    }
+    // The filesystem's I/O still in flight ends here: its buffers and callbacks wait for it
+    // (the replies it sends go nowhere now).
+    while ctx.own_in_flight() > 0 {
+        for (data, res) in cqes.drain(..) {
+            if data != WAKE && data & FS_BIT != 0 {
+                ctx.own_in_flight.set(ctx.own_in_flight.get() - 1);
+                shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
+            }
+        }
+        if ctx.own_in_flight() == 0 {
+            break;
+        }
+        match uring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => {
+                let n = ctx.own_in_flight();
+                log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
+                break;
+            }
+        }
+        ctx.take_completions(&mut cqes);
     }
 }
 
@@ -608,13 +716,15 @@ fn pin_to_its_cpu(ring: &Ring) {
     }
 }
 
-/// Decodes entry `idx`'s request and dispatches it; returns its commit id.
+/// Decodes entry `idx`'s request and dispatches it (or hands it to the offload thread);
+/// returns its commit id.
 fn handle<F: Filesystem>(
     ring: &Arc<Ring>,
     idx: usize,
-    shared: &Shared<F>,
+    shared: &Arc<Shared<F>>,
     proto: &Proto,
     ctx: &RingCtx<'_>,
+    offload: &mpsc::Sender<Job>,
 ) -> u64 {
     let ent = &ring.ents[idx];
     // SAFETY: the kernel filled the header buffer before completing the command; we copy it
@@ -636,6 +746,22 @@ fn handle<F: Filesystem>(
         req_payload: size,
     });
     match request::decode(&inh, &h.op_in[..arg0_len], rest, proto) {
+        Ok(req) if !shared.fs.runs_on_ring(&req, ctx) => {
+            // Copied: the offload thread decodes its own copy (the payload is the reply's).
+            let (arg0, rest) = (h.op_in[..arg0_len].to_vec(), rest.to_vec());
+            let (shared, proto) = (shared.clone(), *proto);
+            let job: Job = Box::new(move || {
+                let reply = Reply::new(inh.unique, sink);
+                match request::decode(&inh, &arg0, &rest, &proto) {
+                    Ok(req) => shared.dispatch(req, reply, None),
+                    Err(_) => reply.error(libc::EIO),
+                }
+            });
+            // The offload thread outlives the ring threads (Rings::stop).
+            if let Err(mpsc::SendError(job)) = offload.send(job) {
+                job();
+            }
+        }
         Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink), Some(ctx)),
         Err(e) => {
             log::warn!("undecodable request over io_uring: {e}");

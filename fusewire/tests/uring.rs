@@ -200,7 +200,10 @@ impl fusewire::Filesystem for Backed {
         // SAFETY: a read's buffer is the DataReply's, a write's data the entry's payload,
         // both kept until the reply, which waits for the completion; the file stays open as
         // long as the filesystem.
-        unsafe { ring.push(sqe, id) };
+        if let Err(e) = unsafe { ring.push(sqe, id) } {
+            // Not queued: answered as its completion would be.
+            self.ring_completion(ring, id, -e.raw_os_error().unwrap_or(libc::EIO));
+        }
     }
 
     fn ring_completion(&self, _ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {

@@ -258,6 +258,10 @@ pub struct MountSection {
     pub io_engine: IoEngine,
     /// I/O threads per device of the threads engine (its queue depth per device).
     pub io_threads: usize,
+    /// FUSE over io_uring: requests in flight per kernel queue (one queue per CPU).
+    pub uring_depth: usize,
+    /// FUSE over io_uring: ring threads; 0: one per kernel queue.
+    pub uring_threads: usize,
     /// Readahead of buffered reads, in bytes (the kernel's default for FUSE is 128 KiB).
     pub readahead: u64,
     /// FUSE requests the kernel keeps in flight to the daemon (background requests: async
@@ -332,6 +336,8 @@ impl Default for MountSection {
             transport: Transport::Auto,
             io_engine: IoEngine::Auto,
             io_threads: 8,
+            uring_depth: 16,
+            uring_threads: 0,
             max_background: 128,
             readahead: 1 << 20,
             attr_timeout: Duration::from_secs(1),
@@ -526,6 +532,8 @@ struct RawMount {
     transport: Option<Spanned<String>>,
     io_engine: Option<Spanned<String>>,
     io_threads: Option<Spanned<i64>>,
+    uring_depth: Option<Spanned<i64>>,
+    uring_threads: Option<Spanned<i64>>,
     max_background: Option<Spanned<i64>>,
     readahead: Option<Spanned<SizeValue>>,
     attr_timeout: Option<Spanned<String>>,
@@ -1178,6 +1186,24 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
             "mount.io_threads",
             |n| (1..=256).contains(&n),
             "must be from 1 to 256",
+        )? as usize;
+    }
+    if let Some(d) = raw.uring_depth {
+        m.uring_depth = checked(
+            ctx,
+            d,
+            "mount.uring_depth",
+            |n| (1..=256).contains(&n),
+            "must be from 1 to 256",
+        )? as usize;
+    }
+    if let Some(t) = raw.uring_threads {
+        m.uring_threads = checked(
+            ctx,
+            t,
+            "mount.uring_threads",
+            |n| (0..=1024).contains(&n),
+            "must be from 0 (one per CPU queue) to 1024",
         )? as usize;
     }
     if let Some(b) = raw.max_background {

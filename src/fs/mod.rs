@@ -28,6 +28,20 @@ const BLOCK: u32 = 4096;
 /// One open directory stream: the entries as they were at opendir (or rewind).
 type DirSnapshot = Arc<Vec<(Vec<u8>, u64, Kind)>>;
 
+/// A ring thread's io_uring, lent to the volume's engine while the thread runs our code.
+struct Lender<'a, 'b>(&'a fusewire::RingCtx<'b>);
+
+impl stripe::LentRing for Lender<'_, '_> {
+    unsafe fn push(
+        &self,
+        sqe: fusewire::io_uring::squeue::Entry,
+        user_data: u64,
+    ) -> std::io::Result<()> {
+        // SAFETY: the engine keeps what the SQE points to alive until its completion.
+        unsafe { self.0.push(sqe, user_data) }
+    }
+}
+
 pub struct StripeFs {
     engine: Arc<Engine>,
     ttl: Duration,
@@ -231,10 +245,43 @@ impl Filesystem for StripeFs {
     }
 
     /// Over io_uring one thread takes a queue's requests: while others wait for it, their
-    /// device I/O must not block it.
+    /// device I/O must not block it. It goes on the thread's own ring, lent to the engine, and
+    /// the reply is committed from its completion on this thread.
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
         stripe::other_requests_wait_for_this_thread(ring.others_waiting());
-        self.request(req, reply)
+        stripe::lend_ring(&Lender(ring), || self.request(req, reply))
+    }
+
+    fn ring_completion(&self, ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {
+        // SAFETY: the engine is the only one that queues SQEs on the ring lent to it, and the
+        // transport hands each completion over once.
+        stripe::lend_ring(&Lender(ring), || unsafe {
+            self.engine.volume.complete_lent(user_data, result)
+        })
+    }
+
+    /// A request that may wait for a file's data lock (truncate, punch, migrate) or for
+    /// anything such a waiter holds must not run on a ring thread with device I/O of its own
+    /// in flight: the read locks of that I/O are let go by completions only this thread
+    /// reaps. Those go to the offload thread; reads, writes and lookups stay.
+    fn runs_on_ring(&self, req: &Request<'_>, ring: &fusewire::RingCtx<'_>) -> bool {
+        ring.own_in_flight() == 0
+            || match req.op {
+                Operation::Open { flags, .. } => flags as i32 & libc::O_TRUNC == 0,
+                Operation::Read { .. }
+                | Operation::Write { .. }
+                | Operation::Lookup { .. }
+                | Operation::Getattr { .. }
+                | Operation::Readlink
+                | Operation::Flush { .. }
+                | Operation::Release { .. }
+                | Operation::Opendir { .. }
+                | Operation::Readdir { .. }
+                | Operation::Releasedir { .. }
+                | Operation::Statfs
+                | Operation::Access { .. } => true,
+                _ => false,
+            }
     }
 
     fn destroy(&self) {

@@ -17,6 +17,7 @@ pub use emulate::{
     predict_sequential, CacheModel, Controller, ControllerModel, ControllerState, DeviceModel,
     Emulated, ModelState, Spindle,
 };
+pub use engine::lent::{lend_ring, LentRing};
 pub use engine::{other_requests_wait_for_this_thread, EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::IoBuf;

@@ -22,6 +22,8 @@ use uuid::Uuid;
 mod devices;
 mod extents;
 mod grow;
+#[cfg(test)]
+mod lent_tests;
 mod objects;
 mod replace;
 mod submit;
@@ -534,7 +536,7 @@ mod tests {
     use super::*;
     use crate::device::{format, FormatOptions};
 
-    fn volume(n: usize, stripe: u32) -> (tempfile::TempDir, Volume) {
+    pub(super) fn volume(n: usize, stripe: u32) -> (tempfile::TempDir, Volume) {
         let root = tempfile::tempdir().unwrap();
         let paths: Vec<PathBuf> = (0..n)
             .map(|i| {

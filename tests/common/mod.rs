@@ -212,6 +212,19 @@ pub fn lazy_umount(mnt: &Path) {
     unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
 }
 
+/// The FUSE connection of the mount at `mnt` (its number under /sys/fs/fuse/connections):
+/// taken while the daemon answers, to abort it if it stops answering.
+pub fn fuse_connection(mnt: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(mnt).unwrap().dev()
+}
+
+/// Aborts a FUSE connection: every request waiting on a stalled daemon fails (ENOTCONN), so
+/// a test that found a stall ends and unmounts instead of hanging in its threads' requests.
+pub fn abort_fuse_connection(conn: u64) {
+    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{conn}/abort"), "1");
+}
+
 impl Drop for TestVolume {
     fn drop(&mut self) {
         if self.mounted {

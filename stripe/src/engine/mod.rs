@@ -10,6 +10,7 @@
 // Ops are boxed on purpose: io_uring carries each op's address until its completion.
 #![allow(clippy::vec_box, clippy::boxed_local)]
 
+pub(crate) mod lent;
 mod threads;
 mod timer;
 mod uring;
@@ -199,13 +200,15 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    /// Counts `n` more ops in, waiting while the engine is full (one request always gets in,
-    /// and the engine's own threads never wait).
+    /// Counts `n` more ops in, waiting while the engine is full (one request always gets in;
+    /// the engine's own threads never wait, nor does a thread that lent its ring: both could
+    /// only wait for room that they make).
     /// Returns whether nothing was in flight.
     fn enter(&self, n: usize) -> bool {
+        let never_waits = ENGINE_THREAD.with(|s| s.get()) || lent::is_lent();
         loop {
             let now = self.ops.load(SeqCst);
-            if now == 0 || now + n <= MAX_IN_FLIGHT || ENGINE_THREAD.with(|s| s.get()) {
+            if now == 0 || now + n <= MAX_IN_FLIGHT || never_waits {
                 if self
                     .ops
                     .compare_exchange(now, now + n, SeqCst, SeqCst)
@@ -309,8 +312,10 @@ impl IoEngine {
     /// one-piece request with nothing else in flight is latency-bound, and the submitter does
     /// its I/O itself, as a blocking pread would: no hand-off and no wake-up, which is what a
     /// queue depth of 1 pays for (RND4K Q1T1 on an ext4 disk). Under load, and for requests
-    /// that span devices (whose pieces must run at once), every op goes to the engine.
-    pub fn submit(&self, mut ops: Vec<Box<DevOp>>) {
+    /// that span devices (whose pieces must run at once), every op goes to the engine: to a
+    /// ring this thread lent ([`lent`]) unless `submitter_waits` for them, else to the
+    /// engine's own.
+    pub fn submit(&self, mut ops: Vec<Box<DevOp>>, submitter_waits: bool) {
         if ops.is_empty() {
             return;
         }
@@ -322,11 +327,49 @@ impl IoEngine {
         }
         let (inline, queued): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| op.inline);
         match &self.backend {
+            Backend::Uring(u) if !submitter_waits && lent::is_lent() => self.push_lent(u, queued),
             Backend::Uring(u) => u.submit(queued),
             Backend::Threads(t) => t.submit(queued),
         }
         for op in inline {
             run_blocking(&self.timer, op);
+        }
+    }
+
+    /// Queues ops on the ring lent to this thread; any it refuses go to the engine's own.
+    fn push_lent(&self, own: &uring::Uring, ops: Vec<Box<DevOp>>) {
+        let mut refused = Vec::new();
+        for op in ops {
+            let op = Box::into_raw(op);
+            // SAFETY: the op, and the buffer its iovecs point into, live until its completion
+            // comes back to `complete_lent`, which takes the op back.
+            let pushed = unsafe { lent::push(uring::entry(&*op), op as u64) };
+            if !matches!(pushed, Some(Ok(()))) {
+                if let Some(Err(e)) = pushed {
+                    log::debug!("the lent ring refused an I/O ({e}): the engine's ring takes it");
+                }
+                // SAFETY: not queued: still only ours.
+                refused.push(unsafe { Box::from_raw(op) });
+            }
+        }
+        own.submit(refused);
+    }
+
+    /// The completion of an op queued on a lent ring, on the thread that lent it (with the
+    /// ring lent again, so a short transfer's rest goes there too).
+    ///
+    /// # Safety
+    /// `user_data` comes from the completion of an SQE this engine queued on a lent ring
+    /// (each completion handed over once).
+    pub unsafe fn complete_lent(&self, user_data: u64, result: i32) {
+        // SAFETY: the op leaked by `push_lent`, completed once (the caller's promise).
+        let op = unsafe { Box::from_raw(user_data as *mut DevOp) };
+        match op.progress(cqe_result(result)) {
+            Step::Again(op) => match &self.backend {
+                Backend::Uring(u) => self.push_lent(u, vec![op]),
+                Backend::Threads(t) => t.submit(vec![op]),
+            },
+            Step::Done(op, r) => finish(&self.timer, op, r),
         }
     }
 }
@@ -338,6 +381,15 @@ impl Drop for IoEngine {
             Backend::Threads(t) => t.stop(),
         }
         self.timer.stop();
+    }
+}
+
+/// An io_uring completion's result as a transfer's.
+pub(crate) fn cqe_result(res: i32) -> io::Result<usize> {
+    if res < 0 {
+        Err(io::Error::from_raw_os_error(-res))
+    } else {
+        Ok(res as usize)
     }
 }
 

@@ -2,7 +2,7 @@
 //! thread that submitted reaps what the kernel finished at once, and one completion thread,
 //! woken by an eventfd the ring signals, reaps the rest. Callbacks run outside the locks.
 
-use super::{finish, timer::Timer, DevOp, Step, IOV_MAX};
+use super::{cqe_result, finish, timer::Timer, DevOp, Step, IOV_MAX};
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 use std::io;
@@ -86,7 +86,8 @@ impl Uring {
     }
 }
 
-fn entry(op: &DevOp) -> io_uring::squeue::Entry {
+/// The SQE of `op`'s next transfer; its user_data is the op's address.
+pub(super) fn entry(op: &DevOp) -> io_uring::squeue::Entry {
     let fd = types::Fd(op.raw_fd());
     let n = op.iov.len().min(IOV_MAX) as u32;
     let e = if op.write {
@@ -165,13 +166,7 @@ impl Ring {
                 self.in_flight.fetch_sub(1, SeqCst);
                 // SAFETY: user_data is the op leaked by `push`, completed exactly once.
                 let op = unsafe { Box::from_raw(cqe.user_data() as *mut DevOp) };
-                let r = cqe.result();
-                let res = if r < 0 {
-                    Err(io::Error::from_raw_os_error(-r))
-                } else {
-                    Ok(r as usize)
-                };
-                match op.progress(res) {
+                match op.progress(cqe_result(cqe.result())) {
                     Step::Again(op) => again.push(op),
                     Step::Done(op, r) => done.push((op, r)),
                 }

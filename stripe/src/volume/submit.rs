@@ -160,8 +160,15 @@ impl Volume {
 
     /// Submits the request `[offset, offset + len)` of the file over the buffer at `base`, one
     /// op per device, and releases the submitter's token of `join`. The buffer must stay
-    /// alive and untouched until `join` completes.
-    fn submit(&self, req: Request, offset: u64, len: usize, join: Arc<Join>) {
+    /// alive and untouched until `join` completes; `submitter_waits` for it or not.
+    fn submit(
+        &self,
+        req: Request,
+        offset: u64,
+        len: usize,
+        join: Arc<Join>,
+        submitter_waits: bool,
+    ) {
         let objs = self.objects(req.ino);
         let plan = req.layout.plan(offset, len);
         // The rings looked at once per request, not once per piece.
@@ -181,7 +188,7 @@ impl Volume {
                 }
             }
         }
-        self.engine().submit(ops);
+        self.engine().submit(ops, submitter_waits);
         join.piece_done(Ok(()));
     }
 
@@ -208,6 +215,7 @@ impl Volume {
             offset,
             len,
             join,
+            false,
         );
     }
 
@@ -235,6 +243,7 @@ impl Volume {
             offset,
             len,
             join,
+            false,
         );
     }
 
@@ -269,10 +278,20 @@ impl Volume {
         )
     }
 
+    /// The completion of device I/O this volume queued on a ring its thread lent
+    /// ([`crate::lend_ring`]).
+    ///
+    /// # Safety
+    /// `user_data` and `result` are those of such a completion, handed over once.
+    pub unsafe fn complete_lent(&self, user_data: u64, result: i32) {
+        // SAFETY: the caller's promise.
+        unsafe { self.engine().complete_lent(user_data, result) }
+    }
+
     /// Submits and waits on this thread: the caller's buffer outlives the request.
     fn submit_and_wait(&self, req: Request, offset: u64, len: usize) -> Result<()> {
         let waiter = Arc::new(Waiter::default());
-        self.submit(req, offset, len, waiter.join());
+        self.submit(req, offset, len, waiter.join(), true);
         waiter.wait()
     }
 }
