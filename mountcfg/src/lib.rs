@@ -258,7 +258,8 @@ pub struct MountSection {
     pub io_engine: IoEngine,
     /// I/O threads per device of the threads engine (its queue depth per device).
     pub io_threads: usize,
-    /// FUSE over io_uring: requests in flight per kernel queue (one queue per CPU).
+    /// FUSE over io_uring: requests in flight per kernel queue (one queue per CPU); 32 lets a
+    /// Q32 application on one CPU reach the daemon whole.
     pub uring_depth: usize,
     /// FUSE over io_uring: ring threads; 0: one per kernel queue.
     pub uring_threads: usize,
@@ -336,7 +337,7 @@ impl Default for MountSection {
             transport: Transport::Auto,
             io_engine: IoEngine::Auto,
             io_threads: 8,
-            uring_depth: 16,
+            uring_depth: 32,
             uring_threads: 0,
             max_background: 128,
             readahead: 1 << 20,

@@ -154,6 +154,14 @@ fn bad_configs_name_file_line_and_key() {
             "vol.toml:4: mount.threads: threads = 0: must be from 1 to 64",
         ),
         (
+            "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_depth = 0\n",
+            "vol.toml:4: mount.uring_depth: uring_depth = 0: must be from 1 to 256",
+        ),
+        (
+            "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_threads = -1\n",
+            "vol.toml:4: mount.uring_threads: uring_threads = -1: must be from 0 (one per CPU queue) to 1024",
+        ),
+        (
             "[volume]\ndevices = [\"d0\"]\n[mount]\ntransport = \"pipe\"\n",
             "vol.toml:4: mount.transport: transport = \"pipe\": must be \"auto\", \"uring\" or \"dev\"",
         ),
