@@ -395,4 +395,14 @@ fn resizes_and_punches_under_io_in_flight_never_stall() {
     let ops: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     eprintln!("{ops} direct reads and writes beside 40 truncate/punch/fsync rounds");
     assert!(ops > 0);
+    // What stays is the file's data or holes, at its last size, after a remount too.
+    for when in ["at the end", "after a remount"] {
+        let back = fs::read(&path).unwrap();
+        assert_eq!(back.len() as u64, SIZE, "{when}");
+        let wrong = (0..SIZE).find(|&at| ![0, busy_byte(at)].contains(&back[at as usize]));
+        assert_eq!(wrong, None, "{when}: a byte neither data nor hole");
+        if when == "at the end" {
+            v.remount();
+        }
+    }
 }

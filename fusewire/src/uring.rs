@@ -380,6 +380,30 @@ impl RingCtx<'_> {
         }
     }
 
+    /// Submits what is queued and waits for a completion, unless some were already moved
+    /// aside while pushing (they may be all there is to wait for). A busy ring (EAGAIN,
+    /// EBUSY: completions to reap first) moves them aside and returns; only a broken ring
+    /// is an error.
+    fn wait(&self) -> io::Result<()> {
+        let want = if self.reaped.borrow().is_empty() {
+            1
+        } else {
+            0
+        };
+        match self.uring.submit_and_wait(want) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
+                let mut reaped = Vec::new();
+                self.take_completions(&mut reaped);
+                self.reaped.borrow_mut().append(&mut reaped);
+                std::thread::yield_now();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Completions taken off the ring: those moved aside while pushing, then the queue's.
     fn take_completions(&self, into: &mut Vec<(u64, i32)>) {
         into.append(&mut self.reaped.borrow_mut());
@@ -659,13 +683,9 @@ fn ring_thread<F: Filesystem>(
         if live == 0 || ring.stop.load(Ordering::Acquire) {
             break;
         }
-        match uring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => {
-                log::warn!("io_uring wait: {e}");
-                break;
-            }
+        if let Err(e) = ctx.wait() {
+            log::warn!("io_uring wait: {e}");
+            break;
         }
         ctx.take_completions(&mut cqes);
     }
@@ -681,14 +701,10 @@ fn ring_thread<F: Filesystem>(
         if ctx.own_in_flight() == 0 {
             break;
         }
-        match uring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => {
-                let n = ctx.own_in_flight();
-                log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
-                break;
-            }
+        if let Err(e) = ctx.wait() {
+            let n = ctx.own_in_flight();
+            log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
+            break;
         }
         ctx.take_completions(&mut cqes);
     }
@@ -757,9 +773,12 @@ fn handle<F: Filesystem>(
                     Err(_) => reply.error(libc::EIO),
                 }
             });
-            // The offload thread outlives the ring threads (Rings::stop).
+            // The offload thread outlives the ring threads (Rings::stop); should it be gone,
+            // a thread of its own, never this one (the request may wait for this ring).
             if let Err(mpsc::SendError(job)) = offload.send(job) {
-                job();
+                if let Err(e) = std::thread::Builder::new().spawn(job) {
+                    log::error!("a request could not be run off the ring thread: {e}");
+                }
             }
         }
         Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink), Some(ctx)),

@@ -260,26 +260,21 @@ impl Filesystem for StripeFs {
         })
     }
 
-    /// A request that may wait for a file's data lock (truncate, punch, migrate) or for
-    /// anything such a waiter holds must not run on a ring thread with device I/O of its own
-    /// in flight: the read locks of that I/O are let go by completions only this thread
-    /// reaps. Those go to the offload thread; reads, writes and lookups stay.
+    /// A request that may wait for a file's data lock (truncate, punch, migrate, a cache
+    /// flush or detach) must not run on a ring thread with device I/O of its own in flight:
+    /// the read locks of that I/O are let go by completions only this thread reaps. Those go
+    /// to the offload thread; the rest (traced: none waits for a data lock or for a thread
+    /// that does) stay on the ring.
     fn runs_on_ring(&self, req: &Request<'_>, ring: &fusewire::RingCtx<'_>) -> bool {
         ring.own_in_flight() == 0
-            || match req.op {
-                Operation::Open { flags, .. } => flags as i32 & libc::O_TRUNC == 0,
-                Operation::Read { .. }
-                | Operation::Write { .. }
-                | Operation::Lookup { .. }
-                | Operation::Getattr { .. }
-                | Operation::Readlink
-                | Operation::Flush { .. }
-                | Operation::Release { .. }
-                | Operation::Opendir { .. }
-                | Operation::Readdir { .. }
-                | Operation::Releasedir { .. }
-                | Operation::Statfs
-                | Operation::Access { .. } => true,
+            || !match req.op {
+                Operation::Setattr(ref a) => a.size.is_some(),
+                Operation::Open { flags, .. } => flags as i32 & libc::O_TRUNC != 0,
+                Operation::Fallocate { .. }
+                | Operation::CopyFileRange { .. }
+                | Operation::Lseek { .. }
+                | Operation::Setxattr { .. }
+                | Operation::Removexattr { .. } => true,
                 _ => false,
             }
     }

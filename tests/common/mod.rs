@@ -216,7 +216,9 @@ pub fn lazy_umount(mnt: &Path) {
 /// taken while the daemon answers, to abort it if it stops answering.
 pub fn fuse_connection(mnt: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(mnt).unwrap().dev()
+    let dev = std::fs::metadata(mnt).unwrap().dev();
+    // The kernel's numbering (major << 20 | minor), not glibc's dev_t encoding.
+    (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))
 }
 
 /// Aborts a FUSE connection: every request waiting on a stalled daemon fails (ENOTCONN), so

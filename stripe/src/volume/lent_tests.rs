@@ -6,7 +6,6 @@ use super::*;
 use crate::engine::lent::{lend_ring, LentRing};
 use io_uring::{squeue, IoUring};
 use std::cell::Cell;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 struct TestRing {
@@ -80,11 +79,11 @@ fn async_io_goes_on_the_lent_ring_and_waited_io_never_does() {
         v.write(7, &layout, 0, &data).unwrap();
         // As a ring thread with requests queued: nothing runs inline.
         crate::engine::other_requests_wait_for_this_thread(true);
-        let (tx, rx) = mpsc::channel();
+        let read: Arc<Mutex<Option<Result<IoBuf>>>> = Arc::default();
         let wrote = Arc::new(AtomicUsize::new(0));
-        let w = wrote.clone();
+        let (r, w) = (read.clone(), wrote.clone());
         lend_ring(&ring, || {
-            v.read_async(7, &layout, 0, data.len(), move |r| tx.send(r).unwrap());
+            v.read_async(7, &layout, 0, data.len(), move |res| *r.lock() = Some(res));
             let mut b = vec![0u8; 8192];
             v.read(7, &layout, 8192, &mut b).unwrap();
             assert_eq!(b, data[8192..16384]);
@@ -100,19 +99,23 @@ fn async_io_goes_on_the_lent_ring_and_waited_io_never_does() {
                 // 4 reads (one per device) and 2 writes (16K over 8K stripes).
                 assert_eq!(ring.pushed.get(), 6);
                 assert!(
-                    rx.try_recv().is_err(),
+                    read.lock().is_none(),
                     "done before its completion was handed back"
                 );
-                ring.run_until(&v, || wrote.load(Relaxed) == 1);
+                ring.run_until(&v, || wrote.load(Relaxed) == 1 && read.lock().is_some());
             }
-            _ => assert_eq!(ring.pushed.get(), 0),
+            _ => {
+                assert_eq!(ring.pushed.get(), 0);
+                let since = Instant::now();
+                while (wrote.load(Relaxed) == 0 || read.lock().is_none())
+                    && since.elapsed() < Duration::from_secs(20)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
         }
-        let read = rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap();
-        assert_eq!(&read[..], &data[..]);
-        let since = Instant::now();
-        while wrote.load(Relaxed) == 0 && since.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let got = read.lock().take().expect("the read finished").unwrap();
+        assert_eq!(&got[..], &data[..]);
         let mut back = vec![0u8; 16384];
         v.read(7, &layout, 65536, &mut back).unwrap();
         assert!(back.iter().all(|&b| b == 9), "{choice:?}");
