@@ -372,6 +372,12 @@ impl RingCtx<'_> {
         self.own_in_flight.get()
     }
 
+    /// Hands the completion of one of the filesystem's SQEs back to it.
+    fn hand_back<F: Filesystem>(&self, fs: &F, user_data: u64, res: i32) {
+        self.own_in_flight.set(self.own_in_flight.get() - 1);
+        fs.ring_completion(self, user_data & !FS_BIT, res);
+    }
+
     /// Queues one of the transport's own commands; one that cannot be queued costs its
     /// entry (logged).
     fn push_command(&self, sqe: &squeue::Entry128) {
@@ -630,8 +636,7 @@ fn ring_thread<F: Filesystem>(
                 continue;
             }
             if data & FS_BIT != 0 {
-                ctx.own_in_flight.set(ctx.own_in_flight.get() - 1);
-                shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
+                ctx.hand_back(&shared.fs, data, res);
                 continue;
             }
             let idx = data as usize;
@@ -694,8 +699,7 @@ fn ring_thread<F: Filesystem>(
     while ctx.own_in_flight() > 0 {
         for (data, res) in cqes.drain(..) {
             if data != WAKE && data & FS_BIT != 0 {
-                ctx.own_in_flight.set(ctx.own_in_flight.get() - 1);
-                shared.fs.ring_completion(&ctx, data & !FS_BIT, res);
+                ctx.hand_back(&shared.fs, data, res);
             }
         }
         if ctx.own_in_flight() == 0 {

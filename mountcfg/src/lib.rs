@@ -1180,32 +1180,33 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
             ],
         )?;
     }
-    if let Some(t) = raw.io_threads {
-        m.io_threads = checked(
-            ctx,
-            t,
+    let counts = [
+        (
+            raw.io_threads,
             "mount.io_threads",
-            |n| (1..=256).contains(&n),
+            1..=256,
             "must be from 1 to 256",
-        )? as usize;
-    }
-    if let Some(d) = raw.uring_depth {
-        m.uring_depth = checked(
-            ctx,
-            d,
+            &mut m.io_threads,
+        ),
+        (
+            raw.uring_depth,
             "mount.uring_depth",
-            |n| (1..=256).contains(&n),
+            1..=256,
             "must be from 1 to 256",
-        )? as usize;
-    }
-    if let Some(t) = raw.uring_threads {
-        m.uring_threads = checked(
-            ctx,
-            t,
+            &mut m.uring_depth,
+        ),
+        (
+            raw.uring_threads,
             "mount.uring_threads",
-            |n| (0..=1024).contains(&n),
+            0..=1024,
             "must be from 0 (one per CPU queue) to 1024",
-        )? as usize;
+            &mut m.uring_threads,
+        ),
+    ];
+    for (v, key, range, rule, into) in counts {
+        if let Some(n) = count_in(ctx, v, key, range, rule)? {
+            *into = n;
+        }
     }
     if let Some(b) = raw.max_background {
         m.max_background = checked(

@@ -343,14 +343,13 @@ impl IoEngine {
             let op = Box::into_raw(op);
             // SAFETY: the op, and the buffer its iovecs point into, live until its completion
             // comes back to `complete_lent`, which takes the op back.
-            let pushed = unsafe { lent::push(uring::entry(&*op), op as u64) };
-            if !matches!(pushed, Some(Ok(()))) {
-                if let Some(Err(e)) = pushed {
-                    log::debug!("the lent ring refused an I/O ({e}): the engine's ring takes it");
-                }
-                // SAFETY: not queued: still only ours.
-                refused.push(unsafe { Box::from_raw(op) });
+            match unsafe { lent::push(uring::entry(&*op), op as u64) } {
+                Some(Ok(())) => continue,
+                Some(Err(e)) => log::debug!("the lent ring refused an I/O ({e}): ours takes it"),
+                None => {}
             }
+            // SAFETY: not queued: still only ours.
+            refused.push(unsafe { Box::from_raw(op) });
         }
         own.submit(refused);
     }
