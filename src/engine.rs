@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use stripe::{IoBuf, Layout, Volume};
+use stripe::{IoBuf, Layout, ReadTarget, Volume};
 
 mod open;
 mod ranges;
@@ -172,15 +172,17 @@ impl Engine {
         }
     }
 
-    /// Reads up to `size` bytes at `offset`, stopping at end of file, and hands them to
-    /// `done`: when the devices answer, or at once from the cache. The file's data lock is held
-    /// (shared) until then, so no truncate or migrate runs under a read in flight.
-    pub fn read(
+    /// Reads up to `size` bytes at `offset` into `into` (at least `size` long), stopping at
+    /// end of file, and hands it back to `done` with the length read: when the devices answer,
+    /// or at once from the cache. The file's data lock is held (shared) until then, so no
+    /// truncate or migrate runs under a read in flight.
+    pub fn read<T: ReadTarget>(
         self: &Arc<Self>,
         ino: u64,
         offset: u64,
         size: u32,
-        done: impl FnOnce(Result<IoBuf>) + Send + 'static,
+        into: T,
+        done: impl FnOnce(T, Result<usize>) + Send + 'static,
     ) {
         let Some(shared) = self.io_lock(ino).try_read_arc() else {
             // The file is being truncated or migrated: the request waits on the janitor,
@@ -188,47 +190,50 @@ impl Engine {
             let me = self.clone();
             return self.janitor.run(move || {
                 let shared = me.io_lock(ino).read_arc();
-                me.read_locked(shared, ino, offset, size, done)
+                me.read_locked(shared, ino, offset, size, into, done)
             });
         };
-        self.read_locked(shared, ino, offset, size, done)
+        self.read_locked(shared, ino, offset, size, into, done)
     }
 
-    fn read_locked(
+    fn read_locked<T: ReadTarget>(
         self: &Arc<Self>,
         shared: DataGuard,
         ino: u64,
         offset: u64,
         size: u32,
-        done: impl FnOnce(Result<IoBuf>) + Send + 'static,
+        mut into: T,
+        done: impl FnOnce(T, Result<usize>) + Send + 'static,
     ) {
         let (inode, layout) = match self.file(ino) {
             Ok(f) => f,
-            Err(e) => return done(Err(e)),
+            Err(e) => return done(into, Err(e)),
         };
         if offset >= inode.size {
-            return done(Ok(IoBuf::zeroed(0)));
+            return done(into, Ok(0));
         }
         let len = (inode.size - offset).min(size as u64) as usize;
         if let Some((c, cache)) = self.cached() {
             let class = c.class_of(&self.ns, ino, inode.size, mountcfg::Direction::Read);
-            let mut buf = IoBuf::zeroed(len);
-            let r = cache.read(inode.object, offset, &mut buf, class);
+            let buf = &mut into.target()[..len];
+            // The target may hold another request's bytes: none may show through.
+            buf.fill(0);
+            let r = cache.read(inode.object, offset, buf, class);
             drop(cache);
             if r.is_ok() {
                 self.ns.note_read(ino);
             }
             drop(shared);
-            return done(r.map(|()| buf).map_err(io_error));
+            return done(into, r.map(|()| len).map_err(io_error));
         }
         let me = self.clone();
         self.volume
-            .read_async(inode.object, &layout, offset, len, move |r| {
+            .read_async_into(inode.object, &layout, offset, len, into, move |into, r| {
                 if r.is_ok() {
                     me.ns.note_read(ino);
                 }
                 drop(shared);
-                done(r.map_err(Error::from))
+                done(into, r.map(|()| len).map_err(Error::from))
             });
     }
 

@@ -420,6 +420,57 @@ fn large_sparse_files_and_holes() {
     assert_eq!(&tail, b"bey\0\0\0\0\0\0\0\0\0");
 }
 
+/// Reads fill buffers that served earlier requests (over io_uring, the ring entry the kernel
+/// copies from): a hole, a file grown by truncate and a short read at the end show zeros and
+/// the file's own bytes, never another file's.
+#[test]
+fn reads_never_show_an_earlier_requests_bytes() {
+    reads_show_only_their_files_bytes("");
+    // Through a RAM cache, which fills the buffer itself.
+    reads_show_only_their_files_bytes("[cache]\nsize = \"8M\"\nmode = \"wb\"\n");
+}
+
+fn reads_show_only_their_files_bytes(extra: &str) {
+    let mut v = TestVolume::new(4, "64K", extra);
+    v.mount();
+    let open = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(v.path(name))
+            .unwrap()
+    };
+    let mib = 1 << 20;
+    let (busy, holey, grown) = (open("busy"), open("holey"), open("grown"));
+    busy.write_all_at(&vec![0xa5; 4 * mib], 0).unwrap();
+    holey.write_all_at(&vec![7; 4096], 3 * mib as u64).unwrap();
+    grown.write_all_at(&vec![9; 4096], 0).unwrap();
+    grown.set_len(2 * mib as u64 + 100).unwrap();
+    let mut buf = vec![0u8; mib];
+    for round in 0..8 {
+        for k in 0..4 {
+            busy.read_exact_at(&mut buf, (k * mib) as u64).unwrap();
+        }
+        holey.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "round {round}: a hole");
+        holey
+            .read_exact_at(&mut buf, (2 * mib + 4096) as u64)
+            .unwrap();
+        assert!(buf[..mib - 4096].iter().all(|&b| b == 0), "round {round}");
+        assert!(buf[mib - 4096..].iter().all(|&b| b == 7), "round {round}");
+        grown.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf[..4096].iter().all(|&b| b == 9), "round {round}");
+        assert!(buf[4096..].iter().all(|&b| b == 0), "round {round}: grown");
+        // Past the end: 100 bytes of the file, then nothing.
+        let n = grown.read_at(&mut buf, 2 * mib as u64).unwrap();
+        assert_eq!(n, 100, "round {round}");
+        assert!(buf[..n].iter().all(|&b| b == 0), "round {round}: the tail");
+    }
+}
+
 #[test]
 fn direct_io_reaches_the_daemon() {
     let mut v = TestVolume::new(2, "64K", "");

@@ -13,7 +13,7 @@ pub mod uring;
 
 /// The io_uring crate fusewire builds on, for SQEs given to [`RingCtx::push`].
 pub use io_uring;
-pub use reply::{DirBuf, Entry, Reply, ReplySink};
+pub use reply::{DataReply, DirBuf, Entry, Reply, ReplySink};
 pub use request::{Operation, Request};
 pub use session::{Config, Filesystem, InitInfo, Notifier, Running, Session};
 pub use uring::{RingCtx, UringConfig};

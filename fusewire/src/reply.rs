@@ -216,13 +216,24 @@ impl Reply {
 
     /// A READ answer built in place: a buffer of `len` bytes that is the transport's own where
     /// it has one (io_uring: no copy between the device read and the kernel), else a Vec.
-    pub fn buffer(mut self, len: usize) -> DataReply {
-        let direct = self.sink.as_mut().and_then(|s| s.body_buffer(len));
-        let buf = match direct {
-            Some(ptr) => DataBuf::Sink(ptr, len),
-            None => DataBuf::Owned(vec![0; len]),
-        };
-        DataReply { reply: self, buf }
+    pub fn buffer(self, len: usize) -> DataReply {
+        self.in_place(len).unwrap_or_else(|reply| DataReply {
+            reply,
+            buf: DataBuf::Owned(vec![0; len]),
+        })
+    }
+
+    /// A READ answer built in the transport's own buffer of `len` bytes (page-aligned), or
+    /// the reply back where the transport has none (/dev/fuse). The buffer may hold an earlier
+    /// request's bytes: fill every byte that is sent.
+    pub fn in_place(mut self, len: usize) -> Result<DataReply, Reply> {
+        match self.sink.as_mut().and_then(|s| s.body_buffer(len)) {
+            Some(ptr) => Ok(DataReply {
+                reply: self,
+                buf: DataBuf::Sink(ptr, len),
+            }),
+            None => Err(self),
+        }
     }
 
     /// A raw body (INIT, and anything the typed methods do not cover).

@@ -2,6 +2,19 @@
 
 use super::*;
 use crate::namespace::SetAttr;
+use fusewire::DataReply;
+use stripe::{IoBuf, ReadTarget};
+
+/// A READ reply's own buffer as a device read's target.
+struct InPlace(DataReply);
+
+// SAFETY: the buffer is the transport's (a ring entry's payload), which stays where it is
+// while the reply lives; moving the reply moves only the pointer to it.
+unsafe impl ReadTarget for InPlace {
+    fn target(&mut self) -> &mut [u8] {
+        self.0.buf()
+    }
+}
 
 impl StripeFs {
     pub(super) fn open(&self, ino: u64, flags: u32, reply: Reply) {
@@ -66,11 +79,27 @@ impl StripeFs {
         }
     }
 
+    /// Over io_uring the devices read straight into the ring entry the kernel copies the
+    /// reply from; over /dev/fuse into a pooled buffer written to the device.
     pub(super) fn read(&self, ino: u64, offset: u64, size: u32, reply: Reply) {
-        self.engine.read(ino, offset, size, move |r| match r {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e.errno()),
-        });
+        match reply.in_place(size as usize) {
+            Ok(in_place) => {
+                let into = InPlace(in_place);
+                self.engine
+                    .read(ino, offset, size, into, |InPlace(d), r| match r {
+                        Ok(len) => d.send(len),
+                        Err(e) => d.error(e.errno()),
+                    })
+            }
+            Err(reply) => {
+                let buf = IoBuf::stale(size as usize);
+                self.engine
+                    .read(ino, offset, size, buf, move |buf, r| match r {
+                        Ok(len) => reply.data(&buf[..len]),
+                        Err(e) => reply.error(e.errno()),
+                    })
+            }
+        }
     }
 
     pub(super) fn write(

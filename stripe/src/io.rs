@@ -44,8 +44,9 @@ unsafe impl Send for IoBuf {}
 unsafe impl Sync for IoBuf {}
 
 impl IoBuf {
-    /// A buffer whose bytes are whatever it last held: for reads that overwrite every byte.
-    pub(crate) fn stale(len: usize) -> IoBuf {
+    /// A buffer whose bytes are whatever it last held (another file's data, maybe): only for
+    /// reads that overwrite every byte, as the volume's do (holes and short objects zeroed).
+    pub fn stale(len: usize) -> IoBuf {
         let class = class_of(len);
         let cap = match class {
             Some(c) => ALIGN << c,
@@ -91,6 +92,24 @@ impl std::ops::DerefMut for IoBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in deref, and exclusively ours.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// Memory a read fills in place and hands back with its completion: a pooled buffer, or a
+/// transport's own (FUSE over io_uring: the ring entry the kernel reads the reply from).
+///
+/// # Safety
+/// `target` returns the same memory every time, and moving the value does not move that
+/// memory (it lives on the heap or elsewhere, never inline): devices fill it after the value
+/// moved into the completion.
+pub unsafe trait ReadTarget: Send + 'static {
+    fn target(&mut self) -> &mut [u8];
+}
+
+// SAFETY: the bytes are a heap allocation this value owns.
+unsafe impl ReadTarget for IoBuf {
+    fn target(&mut self) -> &mut [u8] {
+        self
     }
 }
 

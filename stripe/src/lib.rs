@@ -20,7 +20,7 @@ pub use emulate::{
 pub use engine::lent::{lend_ring, LentRing};
 pub use engine::{other_requests_wait_for_this_thread, EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
-pub use io::IoBuf;
+pub use io::{IoBuf, ReadTarget};
 pub use layout::{Layout, Rings, SlotIo};
 pub use volume::{
     merged, statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume,

@@ -202,9 +202,31 @@ impl Volume {
         len: usize,
         done: impl FnOnce(Result<IoBuf>) + Send + 'static,
     ) {
-        let mut buf = IoBuf::stale(len);
-        let base = buf.as_mut_ptr();
-        let join = Join::new(move |r| done(r.map(|()| buf)));
+        let buf = IoBuf::stale(len);
+        self.read_async_into(ino, layout, offset, len, buf, move |buf, r| {
+            done(r.map(|()| buf))
+        });
+    }
+
+    /// As `read_async`, into the first `len` bytes of `into` (at least that long), which
+    /// `done` gets back whatever the outcome.
+    pub fn read_async_into<T: ReadTarget>(
+        &self,
+        ino: u64,
+        layout: &Layout,
+        offset: u64,
+        len: usize,
+        mut into: T,
+        done: impl FnOnce(T, Result<()>) + Send + 'static,
+    ) {
+        let target = into.target();
+        assert!(
+            len <= target.len(),
+            "read of {len} bytes into {}",
+            target.len()
+        );
+        let base = target.as_mut_ptr();
+        let join = Join::new(move |r| done(into, r));
         self.submit(
             Request {
                 ino,
