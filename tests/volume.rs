@@ -7,6 +7,7 @@ use common::*;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::process::Command;
 
 fn layout_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&getxattr(path, "user.stripefs.layout.json").unwrap()).unwrap()
@@ -632,12 +633,7 @@ fn mount_helper_serves_mount_8_and_fstab() {
     let helper = v.root.path().join("mount.fuse.stripefs");
     std::os::unix::fs::symlink(BIN, &helper).unwrap();
     let out = run_with_timeout(
-        std::process::Command::new(&helper).args([
-            v.cfg(),
-            v.mnt_str(),
-            "-o",
-            "rw,noatime,threads=3",
-        ]),
+        Command::new(&helper).args([v.cfg(), v.mnt_str(), "-o", "rw,noatime,threads=3"]),
         std::time::Duration::from_secs(60),
     );
     assert!(
@@ -659,6 +655,67 @@ fn mount_helper_serves_mount_8_and_fstab() {
     assert_eq!(status["options"]["transport"], want);
     let table = stripefs_ok(&["status", v.mnt_str()]);
     assert!(table.contains(&format!("transport   {want}")), "{table}");
+}
+
+/// `[mount] uring_affinity`: over io_uring each ring thread runs on its queue's CPU
+/// (`queue`) or anywhere (`any`); `auto` pins them when every device is in memory.
+#[test]
+fn ring_threads_run_where_uring_affinity_says() {
+    let in_memory = |p: &Path| {
+        let out = Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(p)
+            .output();
+        let kind = String::from_utf8_lossy(&out.unwrap().stdout)
+            .trim()
+            .to_string();
+        kind == "tmpfs" || kind == "ramfs"
+    };
+    for affinity in ["queue", "any", "auto"] {
+        let extra = format!("[mount]\nuring_affinity = \"{affinity}\"\n");
+        let mut v = TestVolume::new(2, "64K", &extra);
+        v.mount();
+        fs::write(v.path("f"), b"served").unwrap();
+        assert_eq!(fs::read(v.path("f")).unwrap(), b"served");
+        let status: serde_json::Value =
+            serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+        let pid = v.daemon_pid();
+        let cpus_of = |task: &Path| {
+            let s = fs::read_to_string(task.join("status")).unwrap_or_default();
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|c| c.trim().to_string())
+        };
+        let all = cpus_of(Path::new(&format!("/proc/{pid}"))).unwrap();
+        let rings: Vec<(usize, String)> = fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let comm = fs::read_to_string(t.join("comm")).ok()?;
+                let n = comm.trim().strip_prefix("fuse-ring-")?.parse().ok()?;
+                Some((n, cpus_of(&t)?))
+            })
+            .collect();
+        if status["options"]["transport"] != "io_uring" {
+            assert!(rings.is_empty(), "ring threads over /dev/fuse: {rings:?}");
+            continue;
+        }
+        assert!(!rings.is_empty(), "no ring threads over io_uring");
+        let pinned = match affinity {
+            "queue" => true,
+            "any" => false,
+            _ => v.devices.iter().all(|d| in_memory(d)),
+        };
+        for (queue, cpus) in rings {
+            // One thread per queue (uring_threads = 0): thread n serves queue n, CPU n's.
+            let want = if pinned {
+                queue.to_string()
+            } else {
+                all.clone()
+            };
+            assert_eq!(cpus, want, "{affinity}: ring thread {queue}");
+        }
+    }
 }
 
 /// The config may list the devices in any order: mount finds each by its superblock (as mdadm
@@ -774,7 +831,7 @@ fn stripefs_transport_overrides_the_config() {
     let (cfg, mnt) = (v.cfg().to_string(), v.mnt_str().to_string());
     let mount_with = |value: &str| {
         run_with_timeout(
-            std::process::Command::new(BIN)
+            Command::new(BIN)
                 .args(["mount", &cfg, &mnt])
                 .env("STRIPEFS_TRANSPORT", value),
             std::time::Duration::from_secs(60),

@@ -270,6 +270,7 @@ fn main() {
         uring: uring.then_some(fusewire::UringConfig {
             threads: 0,
             depth: 32,
+            pinned: true,
         }),
         ..Config::default()
     };

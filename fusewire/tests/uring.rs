@@ -52,7 +52,11 @@ impl Drop for EnableUring {
 fn uring_config(threads: usize, depth: usize) -> Config {
     let base = Config::default();
     Config {
-        uring: Some(UringConfig { threads, depth }),
+        uring: Some(UringConfig {
+            threads,
+            depth,
+            pinned: true,
+        }),
         // READDIRPLUS on the single-thread run: its entries cross the ring too.
         want: match threads {
             1 => base.want | fusewire::abi::FUSE_DO_READDIRPLUS,

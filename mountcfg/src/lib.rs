@@ -235,6 +235,17 @@ pub enum Transport {
     Dev,
 }
 
+/// Where FUSE over io_uring's ring threads run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UringAffinity {
+    /// On their queue's CPU when every device keeps its files in memory, else anywhere.
+    Auto,
+    /// Each on the CPU of the queue it serves.
+    Queue,
+    /// Wherever the scheduler puts them.
+    Any,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoEngine {
     /// io_uring if the kernel and sandbox allow it, else threads.
@@ -263,6 +274,7 @@ pub struct MountSection {
     pub uring_depth: usize,
     /// FUSE over io_uring: ring threads; 0: one per kernel queue.
     pub uring_threads: usize,
+    pub uring_affinity: UringAffinity,
     /// Readahead of buffered reads, in bytes (the kernel's default for FUSE is 128 KiB).
     pub readahead: u64,
     /// FUSE requests the kernel keeps in flight to the daemon (background requests: async
@@ -339,6 +351,7 @@ impl Default for MountSection {
             io_threads: 8,
             uring_depth: 32,
             uring_threads: 0,
+            uring_affinity: UringAffinity::Auto,
             max_background: 128,
             readahead: 1 << 20,
             attr_timeout: Duration::from_secs(1),
@@ -535,6 +548,7 @@ struct RawMount {
     io_threads: Option<Spanned<i64>>,
     uring_depth: Option<Spanned<i64>>,
     uring_threads: Option<Spanned<i64>>,
+    uring_affinity: Option<Spanned<String>>,
     max_background: Option<Spanned<i64>>,
     readahead: Option<Spanned<SizeValue>>,
     attr_timeout: Option<Spanned<String>>,
@@ -1165,6 +1179,18 @@ fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, ConfigError>
                 (&["auto"], Transport::Auto),
                 (&["uring"], Transport::Uring),
                 (&["dev"], Transport::Dev),
+            ],
+        )?;
+    }
+    if let Some(a) = raw.uring_affinity {
+        m.uring_affinity = one_of(
+            ctx,
+            a,
+            "mount.uring_affinity",
+            &[
+                (&["auto"], UringAffinity::Auto),
+                (&["queue"], UringAffinity::Queue),
+                (&["any"], UringAffinity::Any),
             ],
         )?;
     }

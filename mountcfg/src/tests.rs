@@ -56,6 +56,7 @@ read_only = true
 threads = 4
 direct_io = "always"
 transport = "dev"
+uring_affinity = "any"
 writeback_cache = true
 attr_timeout = "250ms"
 commit_interval = "2s"
@@ -71,6 +72,7 @@ log_size = "16M"
     assert_eq!(c.mount.threads, Some(4));
     assert_eq!(c.mount.direct_io, DirectIo::Always);
     assert_eq!(c.mount.transport, Transport::Dev);
+    assert_eq!(c.mount.uring_affinity, UringAffinity::Any);
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
     assert_eq!(c.mount.commit_interval, Duration::from_secs(2));
     assert_eq!(c.mount.fsname.as_deref(), Some("tank"));
@@ -160,6 +162,10 @@ fn bad_configs_name_file_line_and_key() {
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_threads = -1\n",
             "vol.toml:4: mount.uring_threads: uring_threads = -1: must be from 0 (one per CPU queue) to 1024",
+        ),
+        (
+            "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_affinity = \"cpu0\"\n",
+            "vol.toml:4: mount.uring_affinity: uring_affinity = \"cpu0\": must be \"auto\", \"queue\" or \"any\"",
         ),
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\ntransport = \"pipe\"\n",

@@ -146,12 +146,19 @@ impl Volume {
     /// spans keeps its files in memory and is not emulated.
     pub fn completes_inline(&self, layout: &Layout) -> bool {
         let rings = self.rings.read();
-        (0..layout.width).all(|s| {
-            let d = rings.device_of_slot(layout, s);
-            self.set.dev(d).ram_backed
-                && self.emulated(d).is_none()
-                && !self.controller.as_ref().is_some_and(|c| c.serves(d))
-        })
+        (0..layout.width).all(|s| self.in_memory(rings.device_of_slot(layout, s)))
+    }
+
+    /// Every device keeps its files in memory and none is emulated: device I/O is a copy on
+    /// the calling thread, never a wait.
+    pub fn all_in_memory(&self) -> bool {
+        (0..self.set.len()).all(|d| self.in_memory(d))
+    }
+
+    fn in_memory(&self, d: usize) -> bool {
+        self.set.dev(d).ram_backed
+            && self.emulated(d).is_none()
+            && !self.controller.as_ref().is_some_and(|c| c.serves(d))
     }
 
     /// Nothing is in flight: I/O submitted now runs on the submitting thread (unless other
