@@ -514,7 +514,7 @@ fn serve(
                 log::info!("FUSE over /dev/fuse, not io_uring: {why}");
             }
             let threads = match (info.uring, pinned) {
-                (true, true) => ", ring threads on their queue's CPU",
+                (true, true) => ", ring threads on their queues' CPUs",
                 (true, false) => ", ring threads on any CPU",
                 _ => "",
             };

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -661,6 +662,15 @@ fn mount_helper_serves_mount_8_and_fstab() {
 /// (`queue`) or anywhere (`any`); `auto` pins them when every device is in memory.
 #[test]
 fn ring_threads_run_where_uring_affinity_says() {
+    // "0-2,5" -> {0, 1, 2, 5}
+    let cpu_list = |s: &str| -> BTreeSet<usize> {
+        let mut set = BTreeSet::new();
+        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            set.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+        }
+        set
+    };
     let in_memory = |p: &Path| {
         let out = Command::new("stat")
             .args(["-f", "-c", "%T"])
@@ -684,10 +694,10 @@ fn ring_threads_run_where_uring_affinity_says() {
             let s = fs::read_to_string(task.join("status")).unwrap_or_default();
             s.lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .map(|c| c.trim().to_string())
+                .map(cpu_list)
         };
         let all = cpus_of(Path::new(&format!("/proc/{pid}"))).unwrap();
-        let rings: Vec<(usize, String)> = fs::read_dir(format!("/proc/{pid}/task"))
+        let rings: Vec<(usize, BTreeSet<usize>)> = fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
             .filter_map(|t| {
                 let t = t.ok()?.path();
@@ -707,9 +717,10 @@ fn ring_threads_run_where_uring_affinity_says() {
             _ => v.devices.iter().all(|d| in_memory(d)),
         };
         for (queue, cpus) in rings {
-            // One thread per queue (uring_threads = 0): thread n serves queue n, CPU n's.
-            let want = if pinned {
-                queue.to_string()
+            // One thread per queue (uring_threads = 0): thread n serves queue n, CPU n's, if
+            // that CPU is the daemon's to use (online, in its cpuset); else it stays free.
+            let want = if pinned && all.contains(&queue) {
+                BTreeSet::from([queue])
             } else {
                 all.clone()
             };

@@ -38,7 +38,7 @@ pub struct UringConfig {
     pub threads: usize,
     /// Entries per queue (requests in flight per CPU); 0: 16.
     pub depth: usize,
-    /// A thread serving one queue runs only on that queue's CPU.
+    /// A ring thread runs only on the CPUs of the queues it serves.
     pub pinned: bool,
 }
 
@@ -134,7 +134,7 @@ struct Ring {
     wake: OwnedFd,
     thread: std::sync::OnceLock<ThreadId>,
     stop: AtomicBool,
-    /// Serves one queue and runs on its CPU only (`UringConfig::pinned`).
+    /// Runs only on the CPUs of the queues it serves (`UringConfig::pinned`).
     pinned: bool,
 }
 
@@ -569,7 +569,7 @@ fn ring_thread<F: Filesystem>(
 ) {
     let _ = ring.thread.set(std::thread::current().id());
     if ring.pinned {
-        pin_to_its_cpu(&ring);
+        pin_to_its_cpus(&ring);
     }
     let raw = fd.as_raw_fd();
     let proto = shared.proto.get().copied().unwrap_or_default();
@@ -721,26 +721,37 @@ fn ring_thread<F: Filesystem>(
     }
 }
 
-/// A thread serving one queue runs on that queue's CPU: the kernel queues a request on the
+/// A ring thread runs on the CPUs of the queues it serves: the kernel queues a request on the
 /// CPU that issued it, and an answer from another CPU costs a cross-CPU wake-up each way. The
-/// price: the thread shares that CPU with the application, so where device I/O leaves the CPU
-/// idle (disks) a free thread does better.
-fn pin_to_its_cpu(ring: &Ring) {
-    let Some(qid) = ring.ents.first().map(|e| e.qid as usize) else {
-        return;
-    };
-    if ring.ents.iter().any(|e| e.qid as usize != qid) {
-        return;
-    }
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity on it.
+/// price: the thread shares those CPUs with the application, so where device I/O leaves a CPU
+/// idle (disks) a free thread does better. CPUs this process may not use (a cpuset, offline)
+/// are left out; with none left the thread stays free.
+fn pin_to_its_cpus(ring: &Ring) {
+    let size = size_of::<libc::cpu_set_t>();
+    let setsize = 8 * size;
+    // SAFETY: zeroed cpu_set_t values are empty sets; the CPU_* calls stay below setsize and
+    // sched_{get,set}affinity get the sets' own size.
     unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return;
+        }
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(qid, &mut set);
-        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-            log::debug!(
-                "fuse ring thread of queue {qid}: not pinned: {}",
-                io::Error::last_os_error()
+        for e in &ring.ents {
+            let cpu = e.qid as usize;
+            if cpu < setsize && libc::CPU_ISSET(cpu, &allowed) {
+                libc::CPU_SET(cpu, &mut set);
+            }
+        }
+        let queues: std::collections::BTreeSet<u16> = ring.ents.iter().map(|e| e.qid).collect();
+        if libc::CPU_COUNT(&set) == 0 {
+            // A CPU that is offline (or outside our cpuset) has no requests to serve.
+            log::info!(
+                "fuse ring thread of queues {queues:?}: their CPUs are not ours: not pinned"
             );
+        } else if libc::sched_setaffinity(0, size, &set) != 0 {
+            let e = io::Error::last_os_error();
+            log::warn!("fuse ring thread of queues {queues:?}: not pinned: {e}");
         }
     }
 }
