@@ -240,7 +240,7 @@ pub enum Transport {
 pub enum UringAffinity {
     /// On their queue's CPU when every device keeps its files in memory, else anywhere.
     Auto,
-    /// Each on the CPU of the queue it serves.
+    /// On the CPUs of the queues each serves.
     Queue,
     /// Wherever the scheduler puts them.
     Any,
