@@ -297,8 +297,10 @@ fn transport_choice(config: mountcfg::Transport) -> Result<mountcfg::Transport> 
 /// for it where the kernel allows it (`enable_uring`), `uring` insists (the mount fails where
 /// it cannot be had), `dev` never asks. The kernel parameter is the administrator's: never
 /// changed here.
-fn uring_config(mount: &mountcfg::MountSection) -> Result<Option<fusewire::UringConfig>> {
-    let t = transport_choice(mount.transport)?;
+fn uring_config(
+    mount: &mountcfg::MountSection,
+    t: mountcfg::Transport,
+) -> Result<Option<fusewire::UringConfig>> {
     let asked = match std::env::var(TRANSPORT_ENV) {
         Ok(v) => format!("{TRANSPORT_ENV}={v}"),
         Err(_) => "transport = \"uring\"".to_string(),
@@ -353,7 +355,8 @@ fn serve(
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
     // Before the volume is opened: a transport that cannot be had fails the mount untouched.
-    let uring = uring_config(&config.mount)?;
+    let transport = transport_choice(config.mount.transport)?;
+    let uring = uring_config(&config.mount, transport)?;
     raise_open_file_limit();
     let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;
@@ -371,13 +374,11 @@ fn serve(
     // io_uring that is one ring thread per CPU, so a Q32 application would keep one or two
     // I/Os at the cache device (the CAS preset's NVMe RND4K Q32T1 read: 35 MB/s against
     // 243 over /dev/fuse's threads). `auto` keeps /dev/fuse then; `uring` is obeyed.
-    let cache_keeps_dev = engine.caching.is_some()
-        && uring.is_some()
-        && transport_choice(m.transport)? == mountcfg::Transport::Auto;
+    let cache_keeps_dev =
+        engine.caching.is_some() && uring.is_some() && transport == mountcfg::Transport::Auto;
     let (uring, not_uring) = if cache_keeps_dev {
         let why =
             "a cache's I/O waits on the thread that takes the request; /dev/fuse has more of them";
-        log::info!("FUSE over /dev/fuse: {why}");
         (None, Some(why.to_string()))
     } else {
         (uring, None)
