@@ -370,19 +370,6 @@ fn serve(
     };
     let fs = StripeFs::new(engine.clone());
     let mut fuse_config = fs.session_config(m.fuse_threads(engine.caching.is_some()));
-    // A cache's device I/O runs on the thread that took the request, and waits there: over
-    // io_uring that is one ring thread per CPU, so a Q32 application would keep one or two
-    // I/Os at the cache device (the CAS preset's NVMe RND4K Q32T1 read: 35 MB/s against
-    // 243 over /dev/fuse's threads). `auto` keeps /dev/fuse then; `uring` is obeyed.
-    let cache_keeps_dev =
-        engine.caching.is_some() && uring.is_some() && transport == mountcfg::Transport::Auto;
-    let (uring, not_uring) = if cache_keeps_dev {
-        let why =
-            "a cache's I/O waits on the thread that takes the request; /dev/fuse has more of them";
-        (None, Some(why.to_string()))
-    } else {
-        (uring, None)
-    };
     let uring = uring.map(|u| fusewire::UringConfig {
         // Pinned, a ring thread shares its CPU with the application: worth it where the
         // thread's work is copying to and from memory (no cross-CPU wake-ups), not where
@@ -525,7 +512,7 @@ fn serve(
     // The readahead and the transport are known once INIT is answered.
     match session.wait_init(Duration::from_secs(30)) {
         Some(info) => {
-            let why = info.uring_unavailable.clone().or(not_uring);
+            let why = info.uring_unavailable.clone();
             if let Some(why) = &why {
                 log::info!("FUSE over /dev/fuse, not io_uring: {why}");
             }

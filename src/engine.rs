@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use stripe::{IoBuf, Layout, ReadTarget, Volume};
 
+mod cache_threads;
+pub(crate) use cache_threads::this_is_a_ring_thread;
 mod open;
 mod ranges;
 mod status;
@@ -29,6 +31,8 @@ pub struct Engine {
     io_locks: DashMap<u64, Arc<RwLock<()>>>,
     /// Runs what must not wait on a completion thread.
     janitor: Janitor,
+    /// Runs cache requests that may wait on the cache's devices (with a cache configured).
+    cache_threads: Option<cache_threads::CacheThreads>,
     /// Runs control operations that wait for the kernel (which needs the FUSE threads, and
     /// may need the janitor, meanwhile): a collapse or insert and its page-cache invalidation.
     admin: Janitor,
@@ -47,6 +51,14 @@ pub struct Engine {
     pub transport: std::sync::OnceLock<(String, Option<String>)>,
     /// The rebalance running in the daemon, if any, and how far it got.
     pub rebalancer: crate::volume_life::Rebalancer,
+}
+
+/// Where a data request runs: on the thread that took it from the transport, which must not
+/// wait on a device, or on a thread that may.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Here {
+    MustNotWait,
+    MayWait,
 }
 
 /// Who asks for a data change: set-id bits fall when anyone but root changes a file's data.
@@ -190,15 +202,17 @@ impl Engine {
             let me = self.clone();
             return self.janitor.run(move || {
                 let shared = me.io_lock(ino).read_arc();
-                me.read_locked(shared, ino, offset, size, into, done)
+                me.read_locked(shared, Here::MustNotWait, ino, offset, size, into, done)
             });
         };
-        self.read_locked(shared, ino, offset, size, into, done)
+        self.read_locked(shared, Here::MustNotWait, ino, offset, size, into, done)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn read_locked<T: ReadTarget>(
         self: &Arc<Self>,
         shared: DataGuard,
+        here: Here,
         ino: u64,
         offset: u64,
         size: u32,
@@ -215,6 +229,23 @@ impl Engine {
         let len = (inode.size - offset).min(size as u64) as usize;
         if let Some((c, cache)) = self.cached() {
             let class = c.class_of(&self.ns, ino, inode.size, mountcfg::Direction::Read);
+            if here == Here::MustNotWait
+                && !self.cache_answers_at_once(
+                    &cache,
+                    &layout,
+                    inode.object,
+                    offset,
+                    len,
+                    class,
+                    false,
+                )
+            {
+                drop(cache);
+                let me = self.clone();
+                return self.on_cache_thread(move || {
+                    me.read_locked(shared, Here::MayWait, ino, offset, size, into, done)
+                });
+            }
             let buf = &mut into.target()[..len];
             // The target may hold another request's bytes: none may show through.
             buf.fill(0);
@@ -235,6 +266,34 @@ impl Engine {
                 drop(shared);
                 done(into, r.map(|()| len).map_err(Error::from))
             });
+    }
+
+    /// A cache request is answered on the thread that took it when it cannot wait on a
+    /// device there: everything it may touch is in memory, or the cache holds what it needs
+    /// in RAM. Otherwise it goes to a cache thread, so the transport's thread (one ring
+    /// thread per CPU over io_uring) takes the next request meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn cache_answers_at_once(
+        &self,
+        cache: &cache::Cache,
+        layout: &Layout,
+        object: u64,
+        offset: u64,
+        len: usize,
+        class: cache::ClassId,
+        write: bool,
+    ) -> bool {
+        (cache.in_memory() && self.volume.completes_inline(layout))
+            || cache.answers_from_memory(object, offset, len, class, write)
+    }
+
+    /// Runs `job`, which may wait on the cache's devices, where `CacheThreads` says (here
+    /// without a cache).
+    pub(crate) fn on_cache_thread(&self, job: impl FnOnce() + Send + 'static) {
+        match &self.cache_threads {
+            Some(t) => t.run(job),
+            None => job(),
+        }
     }
 
     /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
@@ -287,7 +346,71 @@ impl Engine {
         if let Err(e) = ready {
             return done(Err(e));
         }
+        self.write_ready(
+            shared,
+            Here::MustNotWait,
+            ino,
+            inode,
+            layout,
+            offset,
+            data,
+            end,
+            done,
+        )
+    }
+
+    /// The write once its size is allowed and what it uncovers is cut: through the cache
+    /// (here or on a cache thread) or to the devices.
+    #[allow(clippy::too_many_arguments)]
+    fn write_ready(
+        self: &Arc<Self>,
+        shared: DataGuard,
+        here: Here,
+        ino: u64,
+        inode: Inode,
+        layout: Layout,
+        offset: u64,
+        data: &[u8],
+        end: u64,
+        done: impl FnOnce(Result<Inode>) + Send + 'static,
+    ) {
         if let Some((c, cache)) = self.cached() {
+            // A write counts by the size the file has with it.
+            let class = c.class_of(
+                &self.ns,
+                ino,
+                end.max(inode.size),
+                mountcfg::Direction::Write,
+            );
+            // A file without data has its object made first (below), on the devices.
+            if here == Here::MustNotWait
+                && !(inode.has_data
+                    && self.cache_answers_at_once(
+                        &cache,
+                        &layout,
+                        inode.object,
+                        offset,
+                        data.len(),
+                        class,
+                        true,
+                    ))
+            {
+                drop(cache);
+                let (me, data) = (self.clone(), data.to_vec());
+                return self.on_cache_thread(move || {
+                    me.write_ready(
+                        shared,
+                        Here::MayWait,
+                        ino,
+                        inode,
+                        layout,
+                        offset,
+                        &data,
+                        end,
+                        done,
+                    )
+                });
+            }
             if !inode.has_data {
                 // The devices see this data only when the cache writes it back, which a
                 // truncate can forestall: the object is made now, as a write to the devices
@@ -297,13 +420,6 @@ impl Engine {
                     return done(Err(e.into()));
                 }
             }
-            // A write counts by the size the file has with it.
-            let class = c.class_of(
-                &self.ns,
-                ino,
-                end.max(inode.size),
-                mountcfg::Direction::Write,
-            );
             let r = cache.write(inode.object, offset, data, class);
             drop(cache);
             let now = r

@@ -328,6 +328,18 @@ fn a_crash_while_keeping_rescued_data_leaves_no_half_file() {
     v.assert_fsck_clean("after a crash in the rescue");
 }
 
+/// Puts a cache file in `ssd` beside the volume, with `settings` (TOML lines of `[cache]`).
+fn add_file_cache(v: &TestVolume, settings: &str) {
+    let ssd = v.root.path().join("ssd");
+    fs::create_dir(&ssd).unwrap();
+    let base = fs::read_to_string(&v.config).unwrap();
+    let cache = format!(
+        "[cache]\nstore = \"file\"\npath = \"{}\"\n{settings}",
+        ssd.display()
+    );
+    fs::write(&v.config, format!("{base}{cache}")).unwrap();
+}
+
 /// The FUSE requests of the mount at `mnt` that wait for the daemon's answer.
 fn waiting_requests(mnt: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -384,6 +396,66 @@ fn a_create_held_while_an_ancestor_gets_a_layout_gets_that_layout() {
     v.umount();
 }
 
+/// Cache requests that wait on a device wait on cache threads, not on the threads that took
+/// them from the transport: with two FUSE threads (a lone request may hold one, as a blocking
+/// read would) or one ring thread, four reads held in the cache's read from the core (fault
+/// point `cache.core-read` paused) leave a thread free to create a file; released, the reads
+/// get their data.
+#[test]
+fn reads_held_in_the_cache_leave_the_transport_free() {
+    let mut v = TestVolume::new(2, "64K", "[mount]\nthreads = 2\nuring_threads = 1\n");
+    // Write-around: the files reach the devices only, so their first reads miss.
+    add_file_cache(&v, "size = \"1M\"\nline_size = \"4K\"\nmode = \"wa\"\n");
+    v.mount();
+    let content = |i: usize| vec![b'a' + i as u8; 16384];
+    for i in 0..4 {
+        write_file(&v.path(&format!("f{i}")), &content(i)).unwrap();
+    }
+    // A new mount: nothing of the files in the kernel's page cache.
+    v.remount();
+    // Asked now: `status` itself needs the daemon's thread.
+    let pid = v.daemon_pid();
+    // Opened first: while the point holds them, the mount's waiting requests are the reads.
+    let files: Vec<File> = (0..4)
+        .map(|i| File::open(v.path(&format!("f{i}"))).unwrap())
+        .collect();
+    setxattr(&v.mnt, "user.stripefs.failpoint", b"cache.core-read=pause").unwrap();
+    let readers: Vec<_> = files
+        .into_iter()
+        .map(|f| {
+            std::thread::spawn(move || {
+                let mut data = vec![0; 16384];
+                f.read_exact_at(&mut data, 0).map(|()| data)
+            })
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    while waiting_requests(&v.mnt) < 4 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "reads never held"
+        );
+        std::thread::yield_now();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let new = v.path("new");
+    std::thread::spawn(move || tx.send(File::create(new).map(|_| ())));
+    let created = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if created.is_err() {
+        // The daemon's threads are held: nothing can disarm the point but its end.
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        v.forget_dead_daemon(pid);
+        panic!("a create waited behind reads held in the cache");
+    }
+    created.unwrap().unwrap();
+    setxattr(&v.mnt, "user.stripefs.failpoint", b"cache.core-read=off").unwrap();
+    for (i, r) in readers.into_iter().enumerate() {
+        assert_eq!(r.join().unwrap().unwrap(), content(i), "f{i}");
+    }
+    v.umount();
+}
+
 /// A record is never written from a stale copy: an fsync held between copying a file's
 /// records and writing them (fault point paused by a sleep) while the cleaner and another
 /// file reuse its line once let the old copy land over the new owner's record, and after a
@@ -391,15 +463,10 @@ fn a_create_held_while_an_ancestor_gets_a_layout_gets_that_layout() {
 #[test]
 fn a_line_reused_during_an_fsync_never_takes_another_files_data() {
     let mut v = TestVolume::new(1, "16K", "");
-    let base = fs::read_to_string(&v.config).unwrap();
-    let ssd = v.root.path().join("ssd");
-    fs::create_dir(&ssd).unwrap();
-    let cache = format!(
-        "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"16K\"\nline_size = \"4K\"\n\
-         mode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
-        ssd.display()
+    add_file_cache(
+        &v,
+        "size = \"16K\"\nline_size = \"4K\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
     );
-    fs::write(&v.config, format!("{base}{cache}")).unwrap();
     v.mount();
     write_file(&v.path("a"), &[b'A'; 4096]).unwrap();
     File::create(v.path("b")).unwrap();

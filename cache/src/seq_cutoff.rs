@@ -40,6 +40,12 @@ pub(crate) struct Streams {
 }
 
 impl Streams {
+    /// Whether a request at `offset` would continue a stream (one ending there): only such a
+    /// request can be cut.
+    pub fn continues(&self, object: u64, write: bool, offset: u64) -> bool {
+        self.by_next.contains_key(&(object, write, offset))
+    }
+
     /// Records a request: it continues the stream that ends where it starts (same object and
     /// direction), or starts a new one in place of the least recently used. Returns the stream
     /// with this request counted, and whether it continued one.

@@ -196,6 +196,11 @@ impl Store {
         self.file.sync_data()
     }
 
+    /// A RAM store not made to behave like a slower device: its I/O is a copy, never a wait.
+    pub(crate) fn in_memory(&self) -> bool {
+        self.path.is_none() && self.throttle.is_none()
+    }
+
     pub(crate) fn persistent(&self) -> bool {
         self.path.is_some()
     }

@@ -39,13 +39,15 @@ pub const POINTS: &[&str] = &[
     "replace.copied",
     "replace.moved",
     "volume.write-noted",
+    "cache.core-read",
 ];
 
 /// Points the generic suite (tests/faultpoints.rs) leaves to their own tests: those whose
 /// error the daemon takes back without the caller seeing one (a failed store write: the store
 /// is reopened and written again; tests/full_volume.rs), and those only a command its workload
 /// does not run reaches (`stripefs cache detach`; tests/cache_controls.rs; `stripefs device
-/// add`, `remove`, `replace`: tests/volume_life.rs).
+/// add`, `remove`, `replace`: tests/volume_life.rs), and those off the durable path (a cache
+/// read from the core: tests/faultpoints.rs holds reads there).
 pub const OWN_TESTS: &[&str] = &[
     "namespace.store-write",
     "namespace.reopen",
@@ -57,6 +59,7 @@ pub const OWN_TESTS: &[&str] = &[
     "replace.copied",
     "replace.moved",
     "volume.write-noted",
+    "cache.core-read",
 ];
 
 /// What an armed point does: kills the process at once, as SIGKILL or a power cut would

@@ -463,8 +463,16 @@ impl Engine {
         caching: Option<Caching>,
         mountpoint: &Path,
     ) -> Result<Engine> {
+        let cache_threads =
+            match caching {
+                Some(_) => Some(super::cache_threads::CacheThreads::start().map_err(|e| {
+                    Error::Usage(format!("cannot start the cache's I/O threads: {e}"))
+                })?),
+                None => None,
+            };
         Ok(Engine {
             caching,
+            cache_threads,
             config,
             volume,
             ns,

@@ -248,6 +248,7 @@ impl Filesystem for StripeFs {
     /// device I/O must not block it. It goes on the thread's own ring, lent to the engine, and
     /// the reply is committed from its completion on this thread.
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
+        crate::engine::this_is_a_ring_thread();
         stripe::other_requests_wait_for_this_thread(ring.others_waiting());
         stripe::lend_ring(&Lender(ring), || self.request(req, reply))
     }
@@ -262,21 +263,23 @@ impl Filesystem for StripeFs {
 
     /// A request that may wait for a file's data lock (truncate, punch, migrate, a cache
     /// flush or detach) must not run on a ring thread with device I/O of its own in flight:
-    /// the read locks of that I/O are let go by completions only this thread reaps. Those go
-    /// to the offload thread; the rest (traced: none waits for a data lock or for a thread
-    /// that does) stay on the ring.
+    /// the read locks of that I/O are let go by completions only this thread reaps. With a
+    /// cache they also wait on its devices (a flush, a write-back), which would hold every
+    /// request of the ring's CPU. Those go to the offload thread; the rest (traced: none
+    /// waits for a data lock or for a thread that does) stay on the ring, an fsync handing
+    /// its wait to the cache's threads.
     fn runs_on_ring(&self, req: &Request<'_>, ring: &fusewire::RingCtx<'_>) -> bool {
-        ring.own_in_flight() == 0
-            || !match req.op {
-                Operation::Setattr(ref a) => a.size.is_some(),
-                Operation::Open { flags, .. } => flags as i32 & libc::O_TRUNC != 0,
-                Operation::Fallocate { .. }
-                | Operation::CopyFileRange { .. }
-                | Operation::Lseek { .. }
-                | Operation::Setxattr { .. }
-                | Operation::Removexattr { .. } => true,
-                _ => false,
-            }
+        let waits = match req.op {
+            Operation::Setattr(ref a) => a.size.is_some(),
+            Operation::Open { flags, .. } => flags as i32 & libc::O_TRUNC != 0,
+            Operation::Fallocate { .. }
+            | Operation::CopyFileRange { .. }
+            | Operation::Lseek { .. }
+            | Operation::Setxattr { .. }
+            | Operation::Removexattr { .. } => true,
+            _ => false,
+        };
+        !waits || (ring.own_in_flight() == 0 && self.engine.caching.is_none())
     }
 
     fn destroy(&self) {
@@ -324,7 +327,12 @@ impl Filesystem for StripeFs {
             } => self.write(&c, ino, offset, data, flags, reply),
             Operation::Flush { .. } => reply.ok(),
             Operation::Release { .. } => self.release(ino, reply),
-            Operation::Fsync { .. } => Self::empty(reply, self.engine.fsync(ino)),
+            Operation::Fsync { .. } => {
+                // With a cache, the file's dirty lines are written back first.
+                let engine = self.engine.clone();
+                self.engine
+                    .on_cache_thread(move || Self::empty(reply, engine.fsync(ino)))
+            }
             Operation::Opendir { .. } => self.opendir(ino, reply),
             Operation::Readdir {
                 fh,

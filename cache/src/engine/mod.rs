@@ -24,6 +24,7 @@ use std::time::Instant;
 mod admin;
 mod clean;
 mod durability;
+mod probe;
 mod range;
 mod read;
 mod request;

@@ -365,6 +365,7 @@ impl Cache {
         buf: &mut [u8],
         c: &mut Counters,
     ) -> io::Result<()> {
+        faultpoint::fault_point!("cache.core-read");
         self.backend
             .read(object, offset, buf)
             .inspect_err(|_| c.core_error(false))?;

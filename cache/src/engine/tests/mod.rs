@@ -11,6 +11,7 @@ mod discard;
 mod eviction;
 mod lists;
 mod modes;
+mod probe;
 mod review;
 use std::sync::atomic::AtomicU64;
 
