@@ -297,10 +297,8 @@ fn transport_choice(config: mountcfg::Transport) -> Result<mountcfg::Transport> 
 /// for it where the kernel allows it (`enable_uring`), `uring` insists (the mount fails where
 /// it cannot be had), `dev` never asks. The kernel parameter is the administrator's: never
 /// changed here.
-fn uring_config(
-    mount: &mountcfg::MountSection,
-    t: mountcfg::Transport,
-) -> Result<Option<fusewire::UringConfig>> {
+fn uring_config(mount: &mountcfg::MountSection) -> Result<Option<fusewire::UringConfig>> {
+    let t = transport_choice(mount.transport)?;
     let asked = match std::env::var(TRANSPORT_ENV) {
         Ok(v) => format!("{TRANSPORT_ENV}={v}"),
         Err(_) => "transport = \"uring\"".to_string(),
@@ -355,8 +353,7 @@ fn serve(
 ) -> Result<()> {
     let mountpoint = check_mountpoint(&config, mountpoint)?;
     // Before the volume is opened: a transport that cannot be had fails the mount untouched.
-    let transport = transport_choice(config.mount.transport)?;
-    let uring = uring_config(&config.mount, transport)?;
+    let uring = uring_config(&config.mount)?;
     raise_open_file_limit();
     let engine = Arc::new(Engine::open(config, &mountpoint, cache_reset)?);
     let m = &engine.config.mount;

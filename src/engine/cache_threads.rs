@@ -44,12 +44,12 @@ impl CacheThreads {
         })
     }
 
-    /// Runs `job`, a request that may wait on a device: here when it is alone and this thread
-    /// may block (not a ring thread), else on a cache thread.
+    /// Runs `job`, a request that may wait on a device: here when it is alone and this is
+    /// not a ring thread, else on a cache thread.
     pub(crate) fn run(&self, job: impl FnOnce() + Send + 'static) {
         let alone = self.in_progress.fetch_add(1, SeqCst) == 0;
         let counted = InProgress(self.in_progress.clone());
-        if alone && !RING_THREAD.with(Cell::get) && stripe::this_thread_may_block() {
+        if alone && !RING_THREAD.with(Cell::get) {
             job();
             drop(counted);
         } else {

@@ -463,13 +463,11 @@ impl Engine {
         caching: Option<Caching>,
         mountpoint: &Path,
     ) -> Result<Engine> {
-        let cache_threads =
-            match caching {
-                Some(_) => Some(super::cache_threads::CacheThreads::start().map_err(|e| {
-                    Error::Usage(format!("cannot start the cache's I/O threads: {e}"))
-                })?),
-                None => None,
-            };
+        let cache_threads = caching
+            .as_ref()
+            .map(|_| super::cache_threads::CacheThreads::start())
+            .transpose()
+            .map_err(|e| Error::Usage(format!("cannot start the cache's I/O threads: {e}")))?;
         Ok(Engine {
             caching,
             cache_threads,

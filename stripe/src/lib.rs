@@ -18,9 +18,7 @@ pub use emulate::{
     Emulated, ModelState, Spindle,
 };
 pub use engine::lent::{lend_ring, LentRing};
-pub use engine::{
-    other_requests_wait_for_this_thread, this_thread_may_block, EngineChoice, EngineKind,
-};
+pub use engine::{other_requests_wait_for_this_thread, EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
 pub use io::{IoBuf, ReadTarget};
 pub use layout::{Layout, Rings, SlotIo};

@@ -68,7 +68,7 @@ pub fn other_requests_wait_for_this_thread(waiting: bool) {
 }
 
 /// May I/O submitted by this thread block it (buffered I/O of a RAM-backed device aside)?
-pub fn this_thread_may_block() -> bool {
+pub(crate) fn this_thread_may_block() -> bool {
     !SERVES_MANY.with(|s| s.get())
 }
 
