@@ -87,9 +87,10 @@ fn tiny_sweep_writes_json_csv_and_chart_and_leaves_no_mount() {
         "heat map"
     );
     assert_eq!(fs::read_to_string(&csv).unwrap().lines().count(), 1 + 2 + 8);
-    // Each configuration was unmounted and its devices cleaned up.
-    let mounts = fs::read_to_string("/proc/mounts").unwrap();
-    assert!(!mounts.contains("stripefs-sweep-mnt"), "{mounts}");
+    // Each configuration was unmounted and its devices cleaned up (mounts of this sweep only:
+    // other tests run sweeps at the same time).
+    let left = stripefs_mounts_of(root.path().to_str().unwrap());
+    assert!(left.is_empty(), "{left:?}");
     for d in &devs {
         assert_eq!(fs::read_dir(d).unwrap().count(), 0, "{d} left dirty");
     }
@@ -776,4 +777,47 @@ fn the_raidcard_preset_writes_the_grid_with_its_columns_marked_emulated() {
     assert_eq!(stdout.matches("  model alone").count(), 2, "{stdout}");
     assert!(stdout.contains("emulated controller"), "{stdout}");
     assert!(chart.exists());
+}
+
+#[test]
+fn the_fio_cross_check_runs_after_each_engine_run_and_reports_the_median() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stripefs_ok(&[
+        "bench",
+        dir.path().to_str().unwrap(),
+        "--profile",
+        "custom:rw=randwrite,bs=4K,qd=4",
+        "--size",
+        "4M",
+        "--duration",
+        "1s",
+        "--runs",
+        "3",
+        "--fio",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let result = &report["targets"][0]["results"][0];
+    assert_eq!(result["runs"].as_array().unwrap().len(), 3, "{result}");
+    let by_fio = result["fio_runs"].as_array().unwrap();
+    assert_eq!(
+        by_fio.len(),
+        3,
+        "one fio run beside each engine run: {result}"
+    );
+    let mut mb: Vec<f64> = by_fio
+        .iter()
+        .map(|r| {
+            assert_eq!(r["io_engine"], "fio", "{r}");
+            assert!(r["ops"].as_u64().unwrap() > 0, "{r}");
+            r["mb_per_s"].as_f64().unwrap()
+        })
+        .collect();
+    mb.sort_by(f64::total_cmp);
+    assert_eq!(
+        result["fio"]["mb_per_s"].as_f64().unwrap(),
+        mb[1],
+        "{result}"
+    );
+    assert!(!dir.path().join("stripefs-bench.dat").exists());
 }

@@ -273,6 +273,7 @@ mod tests {
                 median: m.clone(),
                 best: m,
                 fio: None,
+                fio_runs: Vec::new(),
             }],
             ..Target::default()
         }

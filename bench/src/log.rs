@@ -270,6 +270,7 @@ mod tests {
             median: m.clone(),
             best: m,
             fio: None,
+            fio_runs: Vec::new(),
         }
     }
 

@@ -17,8 +17,11 @@ pub struct TestResult {
     pub runs: Vec<Measured>,
     pub median: Measured,
     pub best: Measured,
-    /// fio's figures for the same test on the same file, when asked for.
+    /// fio's figures for the same test on the same file, when asked for: the median of
+    /// `fio_runs`, one run after each of the engine's.
     pub fio: Option<Measured>,
+    #[serde(default)]
+    pub fio_runs: Vec<Measured>,
 }
 
 /// One thing measured: a plain directory or a stripefs volume configuration.
@@ -142,6 +145,7 @@ pub fn measure_with(
             }
             let file = file.as_ref().expect("laid out above");
             let mut measured = Vec::with_capacity(runs);
+            let mut by_fio = Vec::new();
             for _ in 0..runs.max(1) {
                 if is_stopped() {
                     return Err(stopped());
@@ -153,14 +157,15 @@ pub fn measure_with(
                     return Err(stopped());
                 }
                 measured.push(m);
+                // Interleaved with the engine's runs, so a drift of the machine hits both
+                // alike, and compared median to median.
+                if with_fio {
+                    (hooks.on_test)(&format!("{name} {direction} (fio)"));
+                    by_fio.push(fio::run(file, job, way, spec)?);
+                }
             }
             let (median, best) = engine::median_and_best(&measured);
-            let fio = if with_fio {
-                (hooks.on_test)(&format!("{name} {direction} (fio)"));
-                Some(fio::run(file, job, way, spec)?)
-            } else {
-                None
-            };
+            let fio = (!by_fio.is_empty()).then(|| engine::median_and_best(&by_fio).0);
             let result = TestResult {
                 test: name,
                 direction: direction.into(),
@@ -168,6 +173,7 @@ pub fn measure_with(
                 median,
                 best,
                 fio,
+                fio_runs: by_fio,
             };
             (hooks.on_result)(&result)?;
             out.push(result);
@@ -251,6 +257,7 @@ pub fn compare(
                         median,
                         best,
                         fio: None,
+                        fio_runs: Vec::new(),
                     }
                 })
                 .collect()

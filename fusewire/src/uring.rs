@@ -350,10 +350,12 @@ impl RingCtx<'_> {
     /// Are other requests (or completions) waiting for this thread? If not, a request handled
     /// now is alone, and the thread may as well wait for its I/O itself.
     pub fn others_waiting(&self) -> bool {
-        // SAFETY: only this thread reads the completion queue; its length is read, not taken.
+        // SAFETY: only this thread uses the queues; their flags and length are read, not taken.
         self.unhandled.get() > 0
             || !self.reaped.borrow().is_empty()
             || !unsafe { self.uring.completion_shared() }.is_empty()
+            // Completions deferred in the kernel until this thread waits.
+            || unsafe { self.uring.submission_shared() }.taskrun()
     }
 
     /// Queues `sqe`; its completion comes to [`Filesystem::ring_completion`] with
@@ -446,7 +448,7 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
         // The cheap check first: room for the filesystem's own SQEs (device I/O) next to
         // the entries' commands (the kernel refuses more than 32768 SQEs).
         let sq = n.saturating_add(1).saturating_mul(4).next_power_of_two();
-        let uring: Uring = IoUring::builder().setup_cqsize(sq * 2).build(sq)?;
+        let uring = new_ring(sq)?;
         let mut ents = Vec::new();
         for qid in qids {
             for _ in 0..depth {
@@ -475,6 +477,26 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
         rings.push((ring, uring));
     }
     Ok(Prepared { rings })
+}
+
+/// A ring set up as fio sets up its own: only the ring thread submits (SINGLE_ISSUER, the
+/// ring created disabled and enabled by that thread), and completions, the kernel's FUSE
+/// requests among them, are run when the thread waits for them rather than as task work
+/// interrupting it (DEFER_TASKRUN); TASKRUN_FLAG tells the thread, without entering the
+/// kernel, that some wait. Kernels before 6.1 lack these: a plain ring there.
+fn new_ring(sq: u32) -> io::Result<Uring> {
+    let deferred = IoUring::builder()
+        .setup_cqsize(sq * 2)
+        .setup_r_disabled()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(sq);
+    match deferred {
+        Ok(uring) => Ok(uring),
+        Err(_) => IoUring::builder().setup_cqsize(sq * 2).build(sq),
+    }
 }
 
 impl Prepared {
@@ -590,6 +612,13 @@ fn ring_thread<F: Filesystem>(
             ]
         })
         .collect();
+    // The single issuer is the thread that enables the ring (EBADFD: a plain ring, enabled).
+    if let Err(e) = uring.submitter().register_enable_rings() {
+        if e.raw_os_error() != Some(libc::EBADFD) {
+            let _ = started.send(Err(e));
+            return;
+        }
+    }
     let n = ring.ents.len();
     // The last command per entry (to resubmit on EAGAIN/EINTR) and its commit id.
     let mut last: Vec<(u32, u64)> = vec![(FUSE_IO_URING_CMD_REGISTER, 0); n];

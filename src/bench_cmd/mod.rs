@@ -54,7 +54,7 @@ pub struct BenchOpts {
     /// Write a chart to FILE (.svg, or .png)
     #[arg(long, global = true, value_name = "FILE")]
     pub chart: Option<PathBuf>,
-    /// Run fio on the same file after each test, as a cross-check
+    /// Run fio on the same file after each run of a test, as a cross-check (median to median)
     #[arg(long, global = true)]
     pub fio: bool,
 }
