@@ -371,7 +371,13 @@ fn a_create_held_while_an_ancestor_gets_a_layout_gets_that_layout() {
     fs::create_dir_all(v.path("p/d")).unwrap();
     setxattr(&v.mnt, "user.stripefs.failpoint", b"fs.create=pause").unwrap();
     let f = v.path("p/d/f");
-    let creator = std::thread::spawn(move || File::create(f).map(|_| ()));
+    let cpus = allowed_cpus();
+    let (held_cpu, free_cpu) = (cpus[0], cpus[cpus.len() - 1]);
+    let creator = std::thread::spawn(move || {
+        pin_this_thread_to(held_cpu);
+        File::create(f).map(|_| ())
+    });
+    pin_this_thread_to(free_cpu);
     // Held: the create waits in the daemon (a condition polled, bounded).
     let start = std::time::Instant::now();
     while waiting_requests(&v.mnt) == 0 {
@@ -394,6 +400,37 @@ fn a_create_held_while_an_ancestor_gets_a_layout_gets_that_layout() {
         String::from_utf8(getxattr(&v.path("p/d/f"), "user.stripefs.layout").unwrap()).unwrap();
     assert!(got.contains("stripe_size=256K"), "{got}");
     v.umount();
+}
+
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity(2) fills the zeroed set we own; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Over FUSE over io_uring the kernel queues a request on its caller's CPU, and one ring
+/// thread takes each CPU's requests: a request a paused fault point holds on its ring thread
+/// holds every later request from that CPU. A test that pauses one request and goes on with
+/// others runs them from another CPU (where there is one; harmless over /dev/fuse).
+fn pin_this_thread_to(cpu: usize) {
+    // SAFETY: sched_setaffinity(2) on the calling thread with a set we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
 }
 
 /// Cache requests that wait on a device wait on cache threads, not on the threads that took
