@@ -161,7 +161,12 @@ pub fn measure_with(
                 // alike, and compared median to median.
                 if with_fio {
                     (hooks.on_test)(&format!("{name} {direction} (fio)"));
-                    by_fio.push(fio::run(file, job, way, spec)?);
+                    let m = fio::run(file, job, way, spec);
+                    // A terminal's Ctrl-C reaches fio too: it fails or stops short.
+                    if is_stopped() {
+                        return Err(stopped());
+                    }
+                    by_fio.push(m?);
                 }
             }
             let (median, best) = engine::median_and_best(&measured);
