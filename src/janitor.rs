@@ -16,10 +16,16 @@ pub struct Janitor {
 
 #[derive(Default)]
 struct Queue {
-    /// The jobs waiting, and whether the owner is gone.
-    jobs: Mutex<(VecDeque<Job>, bool)>,
+    jobs: Mutex<Jobs>,
     /// Wakes one idle thread per job.
     ready: Condvar,
+}
+
+#[derive(Default)]
+struct Jobs {
+    waiting: VecDeque<Job>,
+    /// The owner is gone: the threads end once `waiting` is empty.
+    closed: bool,
 }
 
 impl Janitor {
@@ -49,7 +55,7 @@ impl Janitor {
     }
 
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
-        self.queue.jobs.lock().0.push_back(Box::new(job));
+        self.queue.jobs.lock().waiting.push_back(Box::new(job));
         self.queue.ready.notify_one();
     }
 }
@@ -57,7 +63,7 @@ impl Janitor {
 impl Drop for Janitor {
     fn drop(&mut self) {
         // The threads finish what is queued, then end.
-        self.queue.jobs.lock().1 = true;
+        self.queue.jobs.lock().closed = true;
         self.queue.ready.notify_all();
     }
 }
@@ -66,7 +72,7 @@ impl Queue {
     fn serve(&self) {
         let mut g = self.jobs.lock();
         loop {
-            if let Some(job) = g.0.pop_front() {
+            if let Some(job) = g.waiting.pop_front() {
                 drop(g);
                 // A panicking job loses its own request (its reply, dropped, says EIO), not
                 // the thread and every job queued behind it.
@@ -74,7 +80,7 @@ impl Queue {
                     log::error!("a job on {:?} panicked", std::thread::current().name());
                 }
                 g = self.jobs.lock();
-            } else if g.1 {
+            } else if g.closed {
                 return;
             } else {
                 self.ready.wait(&mut g);

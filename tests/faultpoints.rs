@@ -342,10 +342,7 @@ fn add_file_cache(v: &TestVolume, settings: &str) {
 
 /// The FUSE requests of the mount at `mnt` that wait for the daemon's answer.
 fn waiting_requests(mnt: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let dev = fs::metadata(mnt).unwrap().dev();
-    let minor = libc::minor(dev);
-    let waiting = format!("/sys/fs/fuse/connections/{minor}/waiting");
+    let waiting = format!("/sys/fs/fuse/connections/{}/waiting", fuse_connection(mnt));
     if !Path::new(&waiting).exists() {
         // The FUSE control filesystem, where the kernel counts each connection's requests.
         let _ = std::process::Command::new("mount")
@@ -367,8 +364,7 @@ fn waiting_requests(mnt: &Path) -> u64 {
 #[test]
 fn a_create_held_while_an_ancestor_gets_a_layout_gets_that_layout() {
     let cpus = allowed_cpus();
-    let uring = fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
+    let uring = kernel_offers_fuse_uring();
     if cpus.len() < 2 && uring {
         eprintln!("skipped: over FUSE over io_uring this test needs two CPUs");
         return;

@@ -649,9 +649,8 @@ fn mount_helper_serves_mount_8_and_fstab() {
     assert_eq!(status["options"]["threads"], 3);
     // `transport = "auto"`: io_uring only where the kernel parameter allows it (and
     // STRIPEFS_TRANSPORT, which the CI sets for its io_uring pass, does not say `dev`).
-    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|p| p.trim() == "Y")
-        && std::env::var("STRIPEFS_TRANSPORT").as_deref() != Ok("dev");
+    let uring =
+        kernel_offers_fuse_uring() && std::env::var("STRIPEFS_TRANSPORT").as_deref() != Ok("dev");
     let want = if uring { "io_uring" } else { "/dev/fuse" };
     assert_eq!(status["options"]["transport"], want);
     let table = stripefs_ok(&["status", v.mnt_str()]);
@@ -872,8 +871,7 @@ fn stripefs_transport_overrides_the_config() {
     assert_eq!(transport(&v), "/dev/fuse");
     v.umount();
 
-    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|p| p.trim() == "Y");
+    let uring = kernel_offers_fuse_uring();
     let out = mount_with("uring");
     if uring {
         assert!(
@@ -900,8 +898,7 @@ fn stripefs_transport_overrides_the_config() {
 #[test]
 fn a_cached_volume_takes_io_uring_where_allowed() {
     let mut v = TestVolume::new(2, "64K", "[cache]\nsize = \"8M\"\nmode = \"wb\"\n");
-    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|p| p.trim() == "Y");
+    let uring = kernel_offers_fuse_uring();
     let out = run_with_timeout(
         Command::new(BIN)
             .args(["mount", v.cfg(), v.mnt_str()])

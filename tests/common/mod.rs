@@ -221,6 +221,13 @@ pub fn fuse_connection(mnt: &Path) -> u64 {
     (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev))
 }
 
+/// Whether the kernel offers FUSE over io_uring (`enable_uring`): `transport = "auto"` takes
+/// it then.
+pub fn kernel_offers_fuse_uring() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y")
+}
+
 /// Aborts a FUSE connection: every request waiting on a stalled daemon fails (ENOTCONN), so
 /// a test that found a stall ends and unmounts instead of hanging in its threads' requests.
 pub fn abort_fuse_connection(conn: u64) {
