@@ -1,5 +1,6 @@
-//! Where cache lines live: a RAM buffer (a memfd, so it only takes the pages it uses) or a
-//! preallocated file on a fast device with a header and one 64-byte record per line.
+//! Where cache lines live: RAM (anonymous memory, so it only takes the pages it uses, and a
+//! hit is a copy, not a system call) or a preallocated file on a fast device with a header and
+//! one 64-byte record per line.
 //!
 //! File layout: 4 KiB header | records (64 bytes per slot, padded to 4 KiB) | line data.
 //! The header and every record carry a crc32c; a record's covers its slot number too, so a
@@ -9,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const MAGIC_V1: &[u8; 16] = b"stripefs-cache\0\x01";
@@ -75,8 +76,17 @@ impl Record {
 /// its checksum.
 pub(crate) type Records = Vec<Result<Record, Record>>;
 
+/// Where a store's lines are.
+enum Lines {
+    /// A line's bytes are touched only by the request that holds its slot busy
+    /// (`Cache::acquire`), or by mount and unmount when no request runs: no two copies of one
+    /// line overlap.
+    Ram(memmap2::MmapRaw),
+    File(File),
+}
+
 pub(crate) struct Store {
-    file: File,
+    lines: Lines,
     /// Set by `Cache::fail_store`: every I/O fails, as a dead cache device's would.
     pub(crate) broken: std::sync::atomic::AtomicBool,
     pub(crate) throttle: Option<std::sync::Arc<dyn crate::Throttle>>,
@@ -93,17 +103,14 @@ pub(crate) fn records_len(slots: u64) -> u64 {
 impl Store {
     /// A volatile store in memory.
     pub(crate) fn ram(line_size: u64, slots: u64) -> io::Result<Store> {
-        let name = c"stripefs-cache";
-        // SAFETY: memfd_create with a valid C string.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor we own.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(line_size * slots)?;
+        let len = usize::try_from(line_size * slots)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cache too large"))?;
+        let map = memmap2::MmapRaw::from(memmap2::MmapMut::map_anon(len.max(1))?);
+        // Huge pages where the kernel gives them for asking: a random hit then seldom misses
+        // the TLB. Refused is harmless.
+        let _ = map.advise(memmap2::Advice::HugePage);
         Ok(Store {
-            file,
+            lines: Lines::Ram(map),
             broken: Default::default(),
             throttle: None,
             path: None,
@@ -127,7 +134,7 @@ impl Store {
             .open(&tmp)?;
         let data_start = HEADER + records_len(header.slots);
         let store = Store {
-            file,
+            lines: Lines::File(file),
             broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
@@ -137,7 +144,7 @@ impl Store {
         };
         let total = data_start + header.line_size * header.slots;
         // SAFETY: plain syscall on our descriptor.
-        if unsafe { libc::fallocate(store.file.as_raw_fd(), 0, 0, total as i64) } != 0 {
+        if unsafe { libc::fallocate(store.file()?.as_raw_fd(), 0, 0, total as i64) } != 0 {
             let e = io::Error::last_os_error();
             let _ = std::fs::remove_file(&tmp);
             return Err(io::Error::new(
@@ -177,7 +184,7 @@ impl Store {
             ));
         }
         Ok(Store {
-            file,
+            lines: Lines::File(file),
             broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
@@ -192,8 +199,8 @@ impl Store {
         let empty: Vec<u8> = (0..records_len(self.slots) / RECORD)
             .flat_map(|slot| encode(slot as u32, &Record::EMPTY))
             .collect();
-        self.file.write_all_at(&empty, HEADER)?;
-        self.file.sync_data()
+        self.file()?.write_all_at(&empty, HEADER)?;
+        self.file()?.sync_data()
     }
 
     /// A RAM store not made to behave like a slower device: its I/O is a copy, never a wait.
@@ -207,7 +214,7 @@ impl Store {
 
     pub(crate) fn read_header(&self) -> Result<Header, HeaderError> {
         let mut h = [0u8; HEADER_LEN + 4];
-        match self.file.read_exact_at(&mut h, 0) {
+        match self.file().and_then(|f| f.read_exact_at(&mut h, 0)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 return Err(HeaderError::NotCache)
@@ -252,8 +259,19 @@ impl Store {
         b[74..76].copy_from_slice(&h.shards.to_le_bytes());
         let crc = crc32c::crc32c(&b[..HEADER_LEN]);
         b[HEADER_LEN..].copy_from_slice(&crc.to_le_bytes());
-        self.file.write_all_at(&b, 0)?;
-        self.file.sync_data()
+        self.file()?.write_all_at(&b, 0)?;
+        self.file()?.sync_data()
+    }
+
+    /// The file of a store on a device (the header and records live only there).
+    fn file(&self) -> io::Result<&File> {
+        match &self.lines {
+            Lines::File(f) => Ok(f),
+            Lines::Ram(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a RAM cache has no header or records",
+            )),
+        }
     }
 
     fn check(&self) -> io::Result<()> {
@@ -266,7 +284,7 @@ impl Store {
 
     pub(crate) fn read_records(&self) -> io::Result<Records> {
         let mut buf = vec![0u8; (self.slots * RECORD) as usize];
-        self.file.read_exact_at(&mut buf, HEADER)?;
+        self.file()?.read_exact_at(&mut buf, HEADER)?;
         Ok(buf
             .chunks(RECORD as usize)
             .enumerate()
@@ -276,13 +294,13 @@ impl Store {
 
     pub(crate) fn write_record(&self, slot: u32, r: &Record) -> io::Result<()> {
         self.check()?;
-        self.file
+        self.file()?
             .write_all_at(&encode(slot, r), HEADER + slot as u64 * RECORD)
     }
 
     pub(crate) fn sync(&self) -> io::Result<()> {
         if self.persistent() {
-            self.file.sync_data()
+            self.file()?.sync_data()
         } else {
             Ok(())
         }
@@ -300,7 +318,18 @@ impl Store {
             .throttle
             .as_ref()
             .map(|t| t.book(false, at, buf.len() as u64));
-        let r = self.file.read_exact_at(buf, at);
+        let r = match &self.lines {
+            Lines::File(f) => f.read_exact_at(buf, at),
+            Lines::Ram(map) => {
+                let at = in_map(map, at, buf.len())?;
+                // SAFETY: `in_map` checked the bytes are inside the map, and no one writes
+                // them now (see `Lines::Ram`).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(map.as_ptr().add(at), buf.as_mut_ptr(), buf.len())
+                };
+                Ok(())
+            }
+        };
         wait_until(until);
         r
     }
@@ -312,10 +341,32 @@ impl Store {
             .throttle
             .as_ref()
             .map(|t| t.book(true, at, data.len() as u64));
-        let r = self.file.write_all_at(data, at);
+        let r = match &self.lines {
+            Lines::File(f) => f.write_all_at(data, at),
+            Lines::Ram(map) => {
+                let at = in_map(map, at, data.len())?;
+                // SAFETY: as in `read`; no one else reads or writes these bytes now.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        map.as_mut_ptr().add(at),
+                        data.len(),
+                    )
+                };
+                Ok(())
+            }
+        };
         wait_until(until);
         r
     }
+}
+
+/// `at` as an index into `map`, checked that `len` bytes from there are inside it.
+fn in_map(map: &memmap2::MmapRaw, at: u64, len: usize) -> io::Result<usize> {
+    usize::try_from(at)
+        .ok()
+        .filter(|&a| a.checked_add(len).is_some_and(|end| end <= map.len()))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "past the end of the RAM cache"))
 }
 
 fn wait_until(until: Option<std::time::Instant>) {
@@ -381,6 +432,24 @@ mod tests {
     }
 
     #[test]
+    fn a_ram_store_keeps_each_line_apart_and_refuses_bytes_past_its_end() {
+        let store = Store::ram(4096, 3).unwrap();
+        store.write(1, 512, &[7u8; 1024]).unwrap();
+        store.write(2, 0, &[9u8; 4096]).unwrap();
+        let mut line = vec![1u8; 4096];
+        store.read(1, 0, &mut line).unwrap();
+        assert!(line[..512].iter().all(|&b| b == 0), "never written: zeros");
+        assert!(line[512..1536].iter().all(|&b| b == 7));
+        assert!(line[1536..].iter().all(|&b| b == 0));
+        store.read(2, 4095, &mut line[..1]).unwrap();
+        assert_eq!(line[0], 9);
+        // One byte over the last line's end is an error, never memory past the map.
+        assert!(store.read(2, 4095, &mut line[..2]).is_err());
+        assert!(store.write(2, 4095, &[0u8; 2]).is_err());
+        assert!(store.read_header().is_err(), "a RAM store has no header");
+    }
+
+    #[test]
     fn the_header_round_trips_and_damage_is_found() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c");
@@ -401,9 +470,13 @@ mod tests {
             .unwrap()
             .iter()
             .all(|r| *r == Ok(Record::EMPTY)));
-        store.file.write_all_at(&[0xff], 60).unwrap();
+        store.file().unwrap().write_all_at(&[0xff], 60).unwrap();
         assert!(matches!(store.read_header(), Err(HeaderError::Damaged)));
-        store.file.write_all_at(b"not a cache file", 0).unwrap();
+        store
+            .file()
+            .unwrap()
+            .write_all_at(b"not a cache file", 0)
+            .unwrap();
         assert!(matches!(store.read_header(), Err(HeaderError::NotCache)));
     }
 }
