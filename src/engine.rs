@@ -166,6 +166,10 @@ impl Engine {
     }
 
     pub fn io_lock(&self, ino: u64) -> Arc<RwLock<()>> {
+        // Every read and write asks: look under the shard's shared lock first.
+        if let Some(lock) = self.io_locks.get(&ino) {
+            return lock.clone();
+        }
         self.io_locks.entry(ino).or_default().clone()
     }
 
@@ -249,19 +253,23 @@ impl Engine {
             let buf = &mut into.target()[..len];
             // The target may hold another request's bytes: none may show through.
             buf.fill(0);
-            let r = cache.read(inode.object, offset, buf, class);
+            let (r, until) =
+                cache::defer_emulated_waits(|| cache.read(inode.object, offset, buf, class));
             drop(cache);
             if r.is_ok() {
-                self.ns.note_read(ino);
+                self.ns.note_read_of(&inode);
             }
-            drop(shared);
-            return done(into, r.map(|()| len).map_err(io_error));
+            return self.answer_at(until, move || {
+                drop(shared);
+                done(into, r.map(|()| len).map_err(io_error))
+            });
         }
         let me = self.clone();
+        let object = inode.object;
         self.volume
-            .read_async_into(inode.object, &layout, offset, len, into, move |into, r| {
+            .read_async_into(object, &layout, offset, len, into, move |into, r| {
                 if r.is_ok() {
-                    me.ns.note_read(ino);
+                    me.ns.note_read_of(&inode);
                 }
                 drop(shared);
                 done(into, r.map(|()| len).map_err(Error::from))
@@ -270,8 +278,9 @@ impl Engine {
 
     /// A cache request is answered on the thread that took it when it cannot wait on a
     /// device there: everything it may touch is in memory, or the cache holds what it needs
-    /// in RAM. Otherwise it goes to a cache thread, so the transport's thread (one ring
-    /// thread per CPU over io_uring) takes the next request meanwhile.
+    /// in memory (RAM, or a file on a RAM disk; an emulated cache device's modelled wait is
+    /// deferred, `answer_at`). Otherwise it goes to a cache thread, so the transport's thread
+    /// (one ring thread per CPU over io_uring) takes the next request meanwhile.
     #[allow(clippy::too_many_arguments)]
     fn cache_answers_at_once(
         &self,
@@ -285,6 +294,15 @@ impl Engine {
     ) -> bool {
         (cache.in_memory() && self.volume.completes_inline(layout))
             || cache.answers_from_memory(object, offset, len, class, write)
+    }
+
+    /// Runs `answer` now, or at `until` when an emulated cache device would only then have
+    /// finished the request's I/O: the data has moved already, and no thread waits meanwhile.
+    fn answer_at(&self, until: Option<std::time::Instant>, answer: impl FnOnce() + Send + 'static) {
+        match until {
+            Some(t) if t > std::time::Instant::now() => self.volume.run_at(t, answer),
+            _ => answer(),
+        }
     }
 
     /// Runs `job`, which may wait on the cache's devices, where `CacheThreads` says (here
@@ -420,13 +438,16 @@ impl Engine {
                     return done(Err(e.into()));
                 }
             }
-            let r = cache.write(inode.object, offset, data, class);
+            let (r, until) =
+                cache::defer_emulated_waits(|| cache.write(inode.object, offset, data, class));
             drop(cache);
             let now = r
                 .map_err(io_error)
                 .and_then(|()| self.ns.note_write(ino, end));
-            drop(shared);
-            return done(now);
+            return self.answer_at(until, move || {
+                drop(shared);
+                done(now)
+            });
         }
         // The new size is recorded under the file's data lock, so no truncate or migrate
         // comes between the data and its size; a failed write is trimmed without it.

@@ -22,6 +22,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Cache, CacheConfig, CacheError, DirtyRun, MetadataMemory, Purged, StoreKind};
 pub use mode::{ClassConfig, Cleaner, CleaningPolicy, Mode, Policy, Promotion, SeqCutoff};
 pub use stats::{CacheStats, ClassStats, Counters};
+pub use store::defer_emulated_waits;
 
 use std::io;
 

@@ -12,6 +12,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 const MAGIC_V1: &[u8; 16] = b"stripefs-cache\0\x01";
 const MAGIC: &[u8; 16] = b"stripefs-cache\0\x02";
@@ -91,6 +92,8 @@ pub(crate) struct Store {
     pub(crate) broken: std::sync::atomic::AtomicBool,
     pub(crate) throttle: Option<std::sync::Arc<dyn crate::Throttle>>,
     pub(crate) path: Option<PathBuf>,
+    /// The medium is memory (RAM, or a file on tmpfs or ramfs): I/O is a copy.
+    pub(crate) medium_in_memory: bool,
     line_size: u64,
     slots: u64,
     data_start: u64,
@@ -114,6 +117,7 @@ impl Store {
             broken: Default::default(),
             throttle: None,
             path: None,
+            medium_in_memory: true,
             line_size,
             slots,
             data_start: 0,
@@ -138,6 +142,7 @@ impl Store {
             broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
+            medium_in_memory: false,
             line_size: header.line_size,
             slots: header.slots,
             data_start,
@@ -188,6 +193,7 @@ impl Store {
             broken: Default::default(),
             throttle: None,
             path: Some(path.to_path_buf()),
+            medium_in_memory: false,
             line_size,
             slots,
             data_start,
@@ -203,9 +209,11 @@ impl Store {
         self.file()?.sync_data()
     }
 
-    /// A RAM store not made to behave like a slower device: its I/O is a copy, never a wait.
+    /// I/O is a copy, never a device's wait; a store made to behave like a slower device
+    /// (`throttle`) adds its modelled wait, which a caller that must not wait defers
+    /// ([`defer_emulated_waits`]).
     pub(crate) fn in_memory(&self) -> bool {
-        self.path.is_none() && self.throttle.is_none()
+        self.medium_in_memory
     }
 
     pub(crate) fn persistent(&self) -> bool {
@@ -330,7 +338,7 @@ impl Store {
                 Ok(())
             }
         };
-        wait_until(until);
+        hold_until(until);
         r
     }
 
@@ -356,7 +364,7 @@ impl Store {
                 Ok(())
             }
         };
-        wait_until(until);
+        hold_until(until);
         r
     }
 }
@@ -369,9 +377,44 @@ fn in_map(map: &memmap2::MmapRaw, at: u64, len: usize) -> io::Result<usize> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "past the end of the RAM cache"))
 }
 
-fn wait_until(until: Option<std::time::Instant>) {
+thread_local! {
+    /// Inside `defer_emulated_waits`: the latest time an emulated store I/O of the scope ends.
+    static DEFERRED: std::cell::Cell<Option<Option<Instant>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the emulated waits of throttled stores (see `CacheConfig::throttle`) not
+/// slept on this thread but gathered: returns what `f` returned and when the last of its store
+/// I/Os would have ended on the modelled device, for the caller to hold its answer until then
+/// without holding a thread.
+pub fn defer_emulated_waits<T>(f: impl FnOnce() -> T) -> (T, Option<Instant>) {
+    let outer = DEFERRED.with(|d| d.replace(Some(None)));
+    let r = f();
+    let until = DEFERRED.with(|d| d.replace(outer)).flatten();
+    if let (Some(outer), Some(t)) = (outer, until) {
+        // A nested scope's waits are the enclosing one's too.
+        DEFERRED.with(|d| d.set(Some(Some(outer.map_or(t, |o| o.max(t))))));
+    }
+    (r, until)
+}
+
+/// Waits until an emulated store I/O ends, or leaves that to the enclosing
+/// `defer_emulated_waits`.
+fn hold_until(until: Option<Instant>) {
+    let deferred = DEFERRED.with(|d| match (d.get(), until) {
+        (Some(latest), Some(t)) => {
+            d.set(Some(Some(latest.map_or(t, |l| l.max(t)))));
+            true
+        }
+        _ => false,
+    });
+    if !deferred {
+        wait_until(until);
+    }
+}
+
+fn wait_until(until: Option<Instant>) {
     if let Some(t) = until {
-        let left = t.saturating_duration_since(std::time::Instant::now());
+        let left = t.saturating_duration_since(Instant::now());
         if !left.is_zero() {
             std::thread::sleep(left);
         }
@@ -447,6 +490,45 @@ mod tests {
         assert!(store.read(2, 4095, &mut line[..2]).is_err());
         assert!(store.write(2, 4095, &[0u8; 2]).is_err());
         assert!(store.read_header().is_err(), "a RAM store has no header");
+    }
+
+    /// Books every I/O to end at a fixed time.
+    struct EndsAt(Instant);
+
+    impl crate::Throttle for EndsAt {
+        fn book(&self, _write: bool, _offset: u64, _len: u64) -> Instant {
+            self.0
+        }
+        fn describe(&self) -> String {
+            "fixed".into()
+        }
+    }
+
+    #[test]
+    fn an_emulated_wait_is_handed_to_the_caller_who_defers_it() {
+        let mut store = Store::ram(4096, 2).unwrap();
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        let later = soon + std::time::Duration::from_millis(10);
+        store.throttle = Some(std::sync::Arc::new(EndsAt(soon)));
+        let (r, until) = defer_emulated_waits(|| store.write(0, 0, &[3u8; 4096]));
+        r.unwrap();
+        assert_eq!(until, Some(soon), "the modelled end, not slept");
+        // Nested: the inner scope's end is the outer one's too, the latest of them.
+        let (inner, outer) = defer_emulated_waits(|| {
+            let mut b = [0u8; 8];
+            store.read(0, 0, &mut b).unwrap();
+            assert_eq!(b, [3u8; 8]);
+            defer_emulated_waits(|| {
+                let throttled = Store {
+                    throttle: Some(std::sync::Arc::new(EndsAt(later))),
+                    ..Store::ram(4096, 1).unwrap()
+                };
+                throttled.read(0, 0, &mut b).unwrap();
+            })
+            .1
+        });
+        assert_eq!((inner, outer), (Some(later), Some(later)));
+        assert_eq!(defer_emulated_waits(|| ()).1, None, "no store I/O, no wait");
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn bytes_per_line(line: u64, lines: u64) -> f64 {
         holds_dirty: false,
         on_first_dirty: None,
         throttle: None,
+        file_in_memory: false,
         clock: None,
         shards: 0,
     };

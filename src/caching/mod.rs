@@ -728,6 +728,11 @@ fn open_cache(
             }
             None => None,
         },
+        // Asked of the file's directory: the file may not be made yet.
+        file_in_memory: file
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .is_some_and(stripe::ram_backed),
         clock: None,
         shards: 0,
     };

@@ -461,6 +461,15 @@ impl Namespace {
     /// A read of `ino` (a file's data, or a directory's entries): its access time follows the
     /// mount's atime policy.
     pub fn note_read(&self, ino: u64) {
+        if let Ok(seen) = self.get(ino) {
+            self.note_read_of(&seen);
+        }
+    }
+
+    /// As `note_read`, for an inode the reader looked up already (`seen`): most reads change
+    /// nothing, and that is told from it without another lookup.
+    pub fn note_read_of(&self, seen: &Inode) {
+        let ino = seen.ino;
         let policy = *self.policy.read();
         let now = Time::now();
         let stale = |i: &Inode| match policy.atime {
@@ -473,8 +482,7 @@ impl Namespace {
                     || now.secs - i.atime.secs >= RELATIME_MAX_AGE
             }
         };
-        // Most reads change nothing: look under the shared lock first.
-        if !self.state.read().inodes.get(&ino).is_some_and(stale) {
+        if !stale(seen) {
             return;
         }
         let mut st = self.state.write();

@@ -23,6 +23,6 @@ pub use error::{Result, StripeError};
 pub use io::{IoBuf, ReadTarget};
 pub use layout::{Layout, Rings, SlotIo};
 pub use volume::{
-    merged, statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume,
+    merged, ram_backed, statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume,
     DEFAULT_IO_THREADS, MAX_DEVICES,
 };

@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use uuid::Uuid;
 
 mod devices;
+pub use devices::ram_backed;
 mod extents;
 mod grow;
 #[cfg(test)]
@@ -159,6 +160,12 @@ impl Volume {
         self.set.dev(d).ram_backed
             && self.emulated(d).is_none()
             && !self.controller.as_ref().is_some_and(|c| c.serves(d))
+    }
+
+    /// Runs `job` at `at` on the engine's timer thread: an answer held back until an emulated
+    /// device would have given it, with no thread waiting meanwhile.
+    pub fn run_at(&self, at: std::time::Instant, job: impl FnOnce() + Send + 'static) {
+        self.engine().at(at, job);
     }
 
     /// Nothing is in flight: I/O submitted now runs on the submitting thread (unless other

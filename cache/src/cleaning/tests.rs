@@ -54,6 +54,7 @@ fn cache(lines: u64, line: u64, cleaner: Cleaner) -> (Arc<Cache>, Arc<ManualCloc
         holds_dirty: false,
         on_first_dirty: None,
         throttle: None,
+        file_in_memory: false,
         clock: Some(clock.clone()),
         shards: 0,
     };

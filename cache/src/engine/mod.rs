@@ -73,6 +73,9 @@ pub struct CacheConfig {
     pub on_first_dirty: Option<Arc<dyn Fn() -> io::Result<()> + Send + Sync>>,
     /// A model that makes the store behave like a slower device.
     pub throttle: Option<Arc<dyn crate::Throttle>>,
+    /// A file store's file lives in memory (tmpfs, ramfs): its I/O is a copy, never a wait
+    /// on a device (but for `throttle`'s modelled one).
+    pub file_in_memory: bool,
     /// The time the cleaner decides by; `None`: the system's.
     pub clock: Option<Arc<dyn Clock>>,
     /// Metadata shards of a new store (0: by its size, see `auto_shards`); a cache file keeps
@@ -213,6 +216,7 @@ impl Cache {
             shards: nshards,
         } = attach(&cfg, line, nslots)?;
         store.throttle = cfg.throttle.clone();
+        store.medium_in_memory |= cfg.file_in_memory;
         let mut default = ClassConfig::new("default", cfg.default_mode);
         default.priority = cfg.default_priority;
         let nshards = nshards.clamp(1, nslots as usize);

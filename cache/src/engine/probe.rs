@@ -9,12 +9,14 @@ use crate::mode::SeqCutoff;
 use crate::ClassId;
 
 impl Cache {
-    /// The store is RAM (not made to behave like a slower device): its I/O never waits.
+    /// The store's I/O is a copy (RAM, or a file in memory), never a wait on a device; a
+    /// store emulating a slower device adds its modelled wait, which a caller that must not
+    /// wait defers ([`crate::defer_emulated_waits`]).
     pub fn in_memory(&self) -> bool {
         self.store.in_memory()
     }
 
-    /// True when the store is RAM and every line the request touches is cached, not busy,
+    /// True when the store's I/O is a copy (`in_memory`) and every line the request touches is cached, not busy,
     /// with what it needs: a read every sector it touches; a write in a write-back mode, not
     /// continuing a stream the sequential cutoff may cut, the sectors it covers only in part
     /// (a write to the core, a new line or a sector fetched from the core may wait on a

@@ -302,6 +302,11 @@ impl IoEngine {
         }
     }
 
+    /// Runs `job` on the engine's timer thread at `at`.
+    pub fn at(&self, at: Instant, job: impl FnOnce() + Send + 'static) {
+        self.timer.at(at, Box::new(job));
+    }
+
     /// Nothing in flight: a request now is latency-bound, and may be done by the thread
     /// that asks (unless that thread serves many requests at once).
     pub fn idle(&self) -> bool {
@@ -325,11 +330,22 @@ impl IoEngine {
             op.counted = Some(self.in_flight.clone());
             op.inline |= alone;
         }
-        let (inline, queued): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| op.inline);
-        match &self.backend {
-            Backend::Uring(u) if !submitter_waits && lent::is_lent() => self.push_lent(u, queued),
-            Backend::Uring(u) => u.submit(queued),
-            Backend::Threads(t) => t.submit(queued),
+        // Mostly all ops are of one kind: sorted without new vectors then.
+        let (inline, queued) = if ops.iter().all(|op| op.inline) {
+            (ops, Vec::new())
+        } else if !ops.iter().any(|op| op.inline) {
+            (Vec::new(), ops)
+        } else {
+            ops.into_iter().partition(|op| op.inline)
+        };
+        if !queued.is_empty() {
+            match &self.backend {
+                Backend::Uring(u) if !submitter_waits && lent::is_lent() => {
+                    self.push_lent(u, queued)
+                }
+                Backend::Uring(u) => u.submit(queued),
+                Backend::Threads(t) => t.submit(queued),
+            }
         }
         for op in inline {
             run_blocking(&self.timer, op);

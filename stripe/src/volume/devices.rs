@@ -217,7 +217,7 @@ impl DeviceSet {
 }
 
 /// A device whose files live in memory (tmpfs, ramfs): its buffered I/O never waits.
-pub(super) fn ram_backed(path: &Path) -> bool {
+pub fn ram_backed(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return false;

@@ -91,6 +91,7 @@ fn config(store: StoreKind, size: u64, line: u64, mode: Mode) -> CacheConfig {
         holds_dirty: false,
         on_first_dirty: None,
         throttle: None,
+        file_in_memory: false,
         clock: None,
         // Several shards, so every test also checks that a request spanning them is whole.
         shards: 3,
