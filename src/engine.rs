@@ -190,7 +190,8 @@ impl Engine {
 
     /// Reads up to `size` bytes at `offset` into `into` (at least `size` long), stopping at
     /// end of file, and hands it back to `done` with the length read: when the devices answer,
-    /// or at once from the cache. The file's data lock is held (shared) until then, so no
+    /// or from the cache (at once, or when an emulated cache device would have finished).
+    /// The file's data lock is held (shared) until then, so no
     /// truncate or migrate runs under a read in flight.
     pub fn read<T: ReadTarget>(
         self: &Arc<Self>,
@@ -316,7 +317,8 @@ impl Engine {
 
     /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
     /// has the data, or at once when this thread does the write (through the cache, to devices
-    /// in memory, or to an idle engine), which needs no copy of `data` first.
+    /// in memory, or to an idle engine), which needs no copy of `data` first (through an
+    /// emulated cache device, the answer waits for the modelled end, not the thread).
     pub fn write(
         self: &Arc<Self>,
         caller: Caller,

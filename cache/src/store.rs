@@ -108,7 +108,12 @@ impl Store {
     pub(crate) fn ram(line_size: u64, slots: u64) -> io::Result<Store> {
         let len = usize::try_from(line_size * slots)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cache too large"))?;
-        let map = memmap2::MmapRaw::from(memmap2::MmapMut::map_anon(len.max(1))?);
+        // Not counted against the overcommit limit up front, as a memfd's pages were not.
+        let map = memmap2::MmapOptions::new()
+            .len(len.max(1))
+            .no_reserve_swap()
+            .map_anon()?;
+        let map = memmap2::MmapRaw::from(map);
         // Huge pages where the kernel gives them for asking: a random hit then seldom misses
         // the TLB. Refused is harmless.
         let _ = map.advise(memmap2::Advice::HugePage);
@@ -209,9 +214,9 @@ impl Store {
         self.file()?.sync_data()
     }
 
-    /// I/O is a copy, never a device's wait; a store made to behave like a slower device
-    /// (`throttle`) adds its modelled wait, which a caller that must not wait defers
-    /// ([`defer_emulated_waits`]).
+    /// Data I/O is a copy, never a device's wait; a store made to behave like a slower
+    /// device (`throttle`) adds its modelled wait, which a caller that must not wait defers
+    /// ([`defer_emulated_waits`]). A file store's records and durability may still wait.
     pub(crate) fn in_memory(&self) -> bool {
         self.medium_in_memory
     }
@@ -386,14 +391,28 @@ thread_local! {
 /// slept on this thread but gathered: returns what `f` returned and when the last of its store
 /// I/Os would have ended on the modelled device, for the caller to hold its answer until then
 /// without holding a thread.
+///
+/// The request's waits are taken as overlapping (the latest end, not their sum): right for
+/// the lines of one request, generous for a store read and write that depend on each other
+/// (a partial sector's read-modify-write).
 pub fn defer_emulated_waits<T>(f: impl FnOnce() -> T) -> (T, Option<Instant>) {
-    let outer = DEFERRED.with(|d| d.replace(Some(None)));
-    let r = f();
-    let until = DEFERRED.with(|d| d.replace(outer)).flatten();
-    if let (Some(outer), Some(t)) = (outer, until) {
-        // A nested scope's waits are the enclosing one's too.
-        DEFERRED.with(|d| d.set(Some(Some(outer.map_or(t, |o| o.max(t))))));
+    /// Ends the scope also when `f` panics (a thread that survives the panic must not go on
+    /// deferring).
+    struct Scope(Option<Option<Instant>>);
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            let outer = self.0;
+            let until = DEFERRED.with(|d| d.replace(outer)).flatten();
+            if let (Some(outer), Some(t)) = (outer, until) {
+                // A nested scope's waits are the enclosing one's too.
+                DEFERRED.with(|d| d.set(Some(Some(outer.map_or(t, |o| o.max(t))))));
+            }
+        }
     }
+    let scope = Scope(DEFERRED.with(|d| d.replace(Some(None))));
+    let r = f();
+    let until = DEFERRED.with(|d| d.get()).flatten();
+    drop(scope);
     (r, until)
 }
 

@@ -1,23 +1,25 @@
 //! Whether a request would be answered from memory alone: a hint for the caller's threading.
-//! A request that may wait on a device (a miss, a write the core takes, a cache file) goes to
-//! a thread that may block; one that cannot is answered where it arrived. Only a hint: the
-//! cache may change before the request runs, and a request that then misses waits where it
-//! is, as it would have anyway.
+//! A request that may wait on a device (a miss, a write the core takes, a cache file's
+//! durability work) goes to a thread that may block; one that cannot is answered where it
+//! arrived. Only a hint: the cache may change before the request runs, and a request that
+//! then misses waits where it is, as it would have anyway.
 
 use super::Cache;
 use crate::mode::SeqCutoff;
 use crate::ClassId;
 
 impl Cache {
-    /// The store's I/O is a copy (RAM, or a file in memory), never a wait on a device; a
-    /// store emulating a slower device adds its modelled wait, which a caller that must not
-    /// wait defers ([`crate::defer_emulated_waits`]).
+    /// Every request, misses too, may be answered where it arrives: the store is RAM, whose
+    /// I/O is a copy (one emulating a slower device adds its modelled wait, which a caller
+    /// that must not wait defers: [`crate::defer_emulated_waits`]). A cache file, even on a
+    /// RAM disk, may wait on the disks for what a miss brings (records, evicting lines dirty
+    /// in the file).
     pub fn in_memory(&self) -> bool {
-        self.store.in_memory()
+        self.store.in_memory() && !self.store.persistent()
     }
 
-    /// True when the store's I/O is a copy (`in_memory`) and every line the request touches is cached, not busy,
-    /// with what it needs: a read every sector it touches; a write in a write-back mode, not
+    /// True when the store's data I/O is a copy (RAM, or a cache file on a RAM disk) and
+    /// every line the request touches is cached, not busy, with what it needs: a read every sector it touches; a write in a write-back mode, not
     /// continuing a stream the sequential cutoff may cut, the sectors it covers only in part
     /// (a write to the core, a new line or a sector fetched from the core may wait on a
     /// device).
@@ -30,6 +32,11 @@ impl Cache {
         write: bool,
     ) -> bool {
         if !self.store.in_memory() || self.failed() || len == 0 {
+            return false;
+        }
+        // A cache file's first dirty line of the mount is declared to the volume first, a
+        // durable commit on its devices.
+        if write && self.store.persistent() && !*self.dirty_declared.lock() {
             return false;
         }
         {
