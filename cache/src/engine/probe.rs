@@ -19,10 +19,10 @@ impl Cache {
     }
 
     /// True when the store's data I/O is a copy (RAM, or a cache file on a RAM disk) and
-    /// every line the request touches is cached, not busy, with what it needs: a read every sector it touches; a write in a write-back mode, not
-    /// continuing a stream the sequential cutoff may cut, the sectors it covers only in part
-    /// (a write to the core, a new line or a sector fetched from the core may wait on a
-    /// device).
+    /// every line the request touches is cached, not busy, with what it needs: a read every
+    /// sector it touches; a write in a write-back mode, not continuing a stream the
+    /// sequential cutoff may cut, the sectors it covers only in part (a write to the core, a
+    /// new line or a sector fetched from the core may wait on a device).
     pub fn answers_from_memory(
         &self,
         object: u64,
