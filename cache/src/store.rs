@@ -401,11 +401,10 @@ pub fn defer_emulated_waits<T>(f: impl FnOnce() -> T) -> (T, Option<Instant>) {
     struct Scope(Option<Option<Instant>>);
     impl Drop for Scope {
         fn drop(&mut self) {
-            let outer = self.0;
-            let until = DEFERRED.with(|d| d.replace(outer)).flatten();
-            if let (Some(outer), Some(t)) = (outer, until) {
-                // A nested scope's waits are the enclosing one's too.
-                DEFERRED.with(|d| d.set(Some(Some(outer.map_or(t, |o| o.max(t))))));
+            let until = DEFERRED.with(|d| d.replace(self.0)).flatten();
+            // A nested scope's waits are the enclosing one's too.
+            if let Some(t) = until {
+                defer(t);
             }
         }
     }
@@ -416,27 +415,31 @@ pub fn defer_emulated_waits<T>(f: impl FnOnce() -> T) -> (T, Option<Instant>) {
     (r, until)
 }
 
-/// Waits until an emulated store I/O ends, or leaves that to the enclosing
-/// `defer_emulated_waits`.
-fn hold_until(until: Option<Instant>) {
-    let deferred = DEFERRED.with(|d| match (d.get(), until) {
-        (Some(latest), Some(t)) => {
+/// Folds `t` into the open `defer_emulated_waits` scope, if there is one.
+fn defer(t: Instant) -> bool {
+    DEFERRED.with(|d| match d.get() {
+        Some(latest) => {
             d.set(Some(Some(latest.map_or(t, |l| l.max(t)))));
             true
         }
-        _ => false,
-    });
-    if !deferred {
-        wait_until(until);
+        None => false,
+    })
+}
+
+/// Waits until an emulated store I/O ends, or leaves that to the enclosing
+/// `defer_emulated_waits`.
+fn hold_until(until: Option<Instant>) {
+    if let Some(t) = until {
+        if !defer(t) {
+            wait_until(t);
+        }
     }
 }
 
-fn wait_until(until: Option<Instant>) {
-    if let Some(t) = until {
-        let left = t.saturating_duration_since(Instant::now());
-        if !left.is_zero() {
-            std::thread::sleep(left);
-        }
+fn wait_until(t: Instant) {
+    let left = t.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        std::thread::sleep(left);
     }
 }
 
