@@ -26,6 +26,8 @@ mod grow;
 #[cfg(test)]
 mod lent_tests;
 mod objects;
+#[cfg(test)]
+mod own_ring_tests;
 mod replace;
 mod submit;
 use devices::{Device, DeviceSet};

@@ -11,6 +11,7 @@
 #![allow(clippy::vec_box, clippy::boxed_local)]
 
 pub(crate) mod lent;
+mod own_ring;
 mod threads;
 mod timer;
 mod uring;
@@ -314,18 +315,18 @@ impl IoEngine {
     }
 
     /// Hands a request's ops to the devices; each op's callback runs once it is done. A
-    /// one-piece request with nothing else in flight is latency-bound, and the submitter does
-    /// its I/O itself, as a blocking pread would: no hand-off and no wake-up, which is what a
-    /// queue depth of 1 pays for (RND4K Q1T1 on an ext4 disk). Under load, and for requests
-    /// that span devices (whose pieces must run at once), every op goes to the engine: to a
-    /// ring this thread lent ([`lent`]) unless `submitter_waits` for them, else to the
-    /// engine's own.
+    /// request with nothing else in flight is latency-bound, and the submitter does its I/O
+    /// itself, as a blocking pread would: no hand-off and no wake-up, which is what a queue
+    /// depth of 1 pays for (RND4K Q1T1 on an ext4 disk). One piece runs with a blocking call;
+    /// pieces on several devices go out together on the thread's own ring ([`own_ring`]),
+    /// over io_uring. Under load every op goes to the engine: to a ring this thread lent
+    /// ([`lent`]) unless `submitter_waits` for them, else to the engine's own.
     pub fn submit(&self, mut ops: Vec<Box<DevOp>>, submitter_waits: bool) {
         if ops.is_empty() {
             return;
         }
-        let idle = self.in_flight.enter(ops.len());
-        let alone = idle && ops.len() == 1 && this_thread_may_block();
+        let idle = self.in_flight.enter(ops.len()) && this_thread_may_block();
+        let alone = idle && ops.len() == 1;
         for op in &mut ops {
             op.counted = Some(self.in_flight.clone());
             op.inline |= alone;
@@ -337,6 +338,16 @@ impl IoEngine {
             (Vec::new(), ops)
         } else {
             ops.into_iter().partition(|op| op.inline)
+        };
+        // A lone request over several devices: its pieces at once, waited for on this thread.
+        let (queued, inline) = match &self.backend {
+            Backend::Uring(_) if idle && !queued.is_empty() && !lent::is_lent() => {
+                match own_ring::run_here(&self.timer, queued, inline) {
+                    Ok(()) => return,
+                    Err(back) => back,
+                }
+            }
+            _ => (queued, inline),
         };
         if !queued.is_empty() {
             match &self.backend {
