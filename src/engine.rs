@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use stripe::{IoBuf, Layout, ReadTarget, Volume};
+use stripe::{IoBuf, Layout, ReadTarget, Volume, WriteSource};
 
 mod cache_threads;
 pub(crate) use cache_threads::this_is_a_ring_thread;
@@ -20,6 +20,9 @@ mod status;
 
 pub use open::{check_meta_dir, controller_model, device_model, meta_dir, namespace_path, Options};
 pub use status::{CacheSummary, DeviceStatus, LayoutInfo, ObjectShare, Status};
+
+/// A write's data where it stays while the devices take it (a transport's request buffer).
+pub type Kept = Box<dyn WriteSource>;
 
 pub struct Engine {
     pub config: mountcfg::Config,
@@ -318,13 +321,16 @@ impl Engine {
     /// Writes `data` at `offset` and tells `done` the file as it then is: when every device
     /// has the data, or at once when this thread does the write (through the cache, to devices
     /// in memory, or to an idle engine), which needs no copy of `data` first (through an
-    /// emulated cache device, the answer waits for the modelled end, not the thread).
+    /// emulated cache device, the answer waits for the modelled end, not the thread). `kept`,
+    /// when given, holds the same bytes where they stay while the devices take them: no copy
+    /// either.
     pub fn write(
         self: &Arc<Self>,
         caller: Caller,
         ino: u64,
         offset: u64,
         data: &[u8],
+        kept: Option<Kept>,
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
         let Some(end) = offset.checked_add(data.len() as u64) else {
@@ -335,10 +341,10 @@ impl Engine {
             let (me, data) = (self.clone(), data.to_vec());
             return self.janitor.run(move || {
                 let shared = me.io_lock(ino).read_arc();
-                me.write_locked(shared, caller, ino, offset, &data, end, done)
+                me.write_locked(shared, caller, ino, offset, &data, None, end, done)
             });
         };
-        self.write_locked(shared, caller, ino, offset, data, end, done)
+        self.write_locked(shared, caller, ino, offset, data, kept, end, done)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -349,6 +355,7 @@ impl Engine {
         ino: u64,
         offset: u64,
         data: &[u8],
+        kept: Option<Kept>,
         end: u64,
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
@@ -374,6 +381,7 @@ impl Engine {
             layout,
             offset,
             data,
+            kept,
             end,
             done,
         )
@@ -391,6 +399,7 @@ impl Engine {
         layout: Layout,
         offset: u64,
         data: &[u8],
+        kept: Option<Kept>,
         end: u64,
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
@@ -426,6 +435,7 @@ impl Engine {
                         layout,
                         offset,
                         &data,
+                        None,
                         end,
                         done,
                     )
@@ -470,20 +480,24 @@ impl Engine {
             }
         };
         // Written on this thread either way (RAM-backed devices, or an idle engine): no copy,
-        // unless O_DIRECT device I/O needs the page-aligned buffer that FUSE's is not.
+        // unless O_DIRECT device I/O needs a page-aligned buffer that the request's data is
+        // not kept in.
         let on_this_thread = self.volume.completes_inline(&layout)
             || (self.volume.idle() && !self.config.volume.direct_device_io);
         if on_this_thread {
             let r = self.volume.write(inode.object, &layout, offset, data);
             return finish(r.map_err(Error::from), shared);
         }
-        self.volume.write_async(
-            inode.object,
-            &layout,
-            offset,
-            IoBuf::copy_of(data),
-            move |r| finish(r.map_err(Error::from), shared),
-        );
+        let done = move |r: stripe::Result<()>| finish(r.map_err(Error::from), shared);
+        match kept {
+            Some(kept) if std::ptr::eq(kept.source(), data) => {
+                self.volume
+                    .write_async(inode.object, &layout, offset, kept, done)
+            }
+            _ => self
+                .volume
+                .write_async(inode.object, &layout, offset, IoBuf::copy_of(data), done),
+        }
     }
 
     /// A data change by `caller` drops the set-id bits Linux drops, on every path (the kernel

@@ -6,6 +6,7 @@
 
 pub mod abi;
 pub mod mount;
+mod payload;
 pub mod reply;
 pub mod request;
 pub mod session;
@@ -13,6 +14,7 @@ pub mod uring;
 
 /// The io_uring crate fusewire builds on, for SQEs given to [`RingCtx::push`].
 pub use io_uring;
+pub use payload::Payload;
 pub use reply::{DataReply, DirBuf, Entry, Reply, ReplySink};
 pub use request::{Operation, Request};
 pub use session::{Config, Filesystem, InitInfo, Notifier, Running, Session};

@@ -7,8 +7,10 @@
 //! entry's `op_in` and the rest in its payload buffer. Both go through [`decode`].
 
 use crate::abi::{self, *};
+use crate::payload::{MsgBuf, Payload};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -83,6 +85,40 @@ pub struct Request<'a> {
     pub gid: u32,
     pub pid: u32,
     pub op: Operation<'a>,
+    /// The buffer the request was read into, when a WRITE's data may be kept there.
+    pub(crate) read_into: ReadInto<'a>,
+}
+
+/// A /dev/fuse request buffer, or none (over io_uring, or a message from elsewhere).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ReadInto<'a>(pub Option<&'a Arc<MsgBuf>>);
+
+/// Requests compare by what they ask, not by where they were read.
+impl PartialEq for ReadInto<'_> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ReadInto<'_> {}
+
+impl std::fmt::Debug for ReadInto<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "buffer" } else { "-" })
+    }
+}
+
+impl Request<'_> {
+    /// A WRITE's data kept where it was read, so a device write can take it without a copy
+    /// (it is page-aligned, as O_DIRECT wants). It holds the whole request buffer (about
+    /// `max_write` bytes) until dropped: worth it for large writes. `None` for other requests
+    /// and over io_uring.
+    pub fn write_payload(&self) -> Option<Payload> {
+        match (&self.op, self.read_into.0) {
+            (Operation::Write { data, .. }, Some(buf)) => Payload::of(buf, data),
+            _ => None,
+        }
+    }
 }
 
 /// The operation and its arguments. Each says which reply the kernel expects.
@@ -579,6 +615,7 @@ pub fn decode<'a>(
         gid: h.gid,
         pid: h.pid,
         op,
+        read_into: ReadInto::default(),
     })
 }
 

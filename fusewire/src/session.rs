@@ -4,8 +4,9 @@
 //! The session ends when the kernel says the connection is gone (ENODEV: unmounted).
 
 use crate::abi::{self, *};
+use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
-use crate::request::{self, Operation, Proto, Request};
+use crate::request::{self, Operation, Proto, ReadInto, Request};
 use crate::uring::{self, RingCtx, UringConfig};
 use std::ffi::OsStr;
 use std::io;
@@ -483,12 +484,24 @@ fn clone_fd(fd: &OwnedFd) -> io::Result<OwnedFd> {
 
 /// One /dev/fuse worker: read, decode, dispatch, until the connection goes away.
 fn serve<F: Filesystem>(fd: &Arc<OwnedFd>, shared: &Shared<F>, size: usize) -> io::Result<()> {
-    let mut buf = vec![0u8; size];
+    let mut buf = Arc::new(MsgBuf::new(size));
     let proto = shared.proto.get().copied().unwrap_or_default();
-    while let Some(n) = read_request(fd, &mut buf)? {
-        let msg = &buf[..n];
+    loop {
+        // A buffer the filesystem still shares (a WRITE's data it kept) is left to it.
+        let space = match Arc::get_mut(&mut buf) {
+            Some(b) => b.space(),
+            None => {
+                buf = Arc::new(MsgBuf::new(size));
+                Arc::get_mut(&mut buf).expect("a new buffer").space()
+            }
+        };
+        let Some(n) = read_request(fd, space)? else {
+            return Ok(());
+        };
+        let msg = buf.message(n);
         match request::parse(msg, &proto) {
-            Ok(req) => {
+            Ok(mut req) => {
+                req.read_into = ReadInto(Some(&buf));
                 let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
                 shared.dispatch(req, reply, None);
             }
@@ -504,7 +517,6 @@ fn serve<F: Filesystem>(fd: &Arc<OwnedFd>, shared: &Shared<F>, size: usize) -> i
             }
         }
     }
-    Ok(())
 }
 
 /// Tells the kernel to drop what it cached. Cheap to clone; usable from any thread.

@@ -3,7 +3,7 @@
 use super::*;
 use crate::namespace::SetAttr;
 use fusewire::DataReply;
-use stripe::{IoBuf, ReadTarget};
+use stripe::{IoBuf, ReadTarget, WriteSource};
 
 /// A READ reply's own buffer as a device read's target.
 struct InPlace(DataReply);
@@ -13,6 +13,31 @@ struct InPlace(DataReply);
 unsafe impl ReadTarget for InPlace {
     fn target(&mut self) -> &mut [u8] {
         self.0.buf()
+    }
+}
+
+/// A WRITE's data where the transport read it: a device write takes it with no copy.
+pub(super) struct KeptWrite(fusewire::Payload);
+
+// SAFETY: the payload's bytes stay where they are, unchanged, while it lives (the transport
+// reads its next request elsewhere); moving it moves only the handle.
+unsafe impl WriteSource for KeptWrite {
+    fn source(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Writes from this size on keep their data in the request buffer (each holds one buffer of
+/// `max_write` while in flight); smaller ones are copied, which costs less than that.
+const KEEP_FROM: usize = 64 * 1024;
+
+/// The WRITE's data kept in place, when it is worth it.
+pub(super) fn keep_in_place(req: &fusewire::Request<'_>) -> Option<KeptWrite> {
+    match req.op {
+        fusewire::Operation::Write { data, .. } if data.len() >= KEEP_FROM => {
+            req.write_payload().map(KeptWrite)
+        }
+        _ => None,
     }
 }
 
@@ -102,12 +127,14 @@ impl StripeFs {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write(
         &self,
         c: &Caller,
         ino: u64,
         offset: u64,
         data: &[u8],
+        kept: Option<KeptWrite>,
         flags: u32,
         reply: Reply,
     ) {
@@ -116,14 +143,16 @@ impl StripeFs {
         // fsync after buffered writes itself, not after direct I/O.
         let durable = self.engine.config.mount.sync || flags as i32 & libc::O_DSYNC != 0;
         let engine = self.engine.clone();
-        self.engine.write(*c, ino, offset, data, move |r| match r {
-            Ok(_) if durable => engine.fsync_then(ino, move |r| match r {
-                Ok(()) => reply.write(len),
+        let kept = kept.map(|k| Box::new(k) as Box<dyn WriteSource>);
+        self.engine
+            .write(*c, ino, offset, data, kept, move |r| match r {
+                Ok(_) if durable => engine.fsync_then(ino, move |r| match r {
+                    Ok(()) => reply.write(len),
+                    Err(e) => reply.error(e.errno()),
+                }),
+                Ok(_) => reply.write(len),
                 Err(e) => reply.error(e.errno()),
-            }),
-            Ok(_) => reply.write(len),
-            Err(e) => reply.error(e.errno()),
-        });
+            });
     }
 
     pub(super) fn release(&self, ino: u64, reply: Reply) {

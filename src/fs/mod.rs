@@ -324,7 +324,10 @@ impl Filesystem for StripeFs {
                 data,
                 flags,
                 ..
-            } => self.write(&c, ino, offset, data, flags, reply),
+            } => {
+                let kept = data::keep_in_place(&req);
+                self.write(&c, ino, offset, data, kept, flags, reply)
+            }
             Operation::Flush { .. } => reply.ok(),
             Operation::Release { .. } => self.release(ino, reply),
             Operation::Fsync { .. } => {

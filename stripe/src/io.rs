@@ -74,10 +74,6 @@ impl IoBuf {
         b.copy_from_slice(data);
         b
     }
-
-    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
 }
 
 impl std::ops::Deref for IoBuf {
@@ -110,6 +106,31 @@ pub unsafe trait ReadTarget: Send + 'static {
 unsafe impl ReadTarget for IoBuf {
     fn target(&mut self) -> &mut [u8] {
         self
+    }
+}
+
+/// Bytes a write takes where they lie: a pooled buffer, or a transport's own (the request
+/// buffer a FUSE WRITE arrived in), with no copy first.
+///
+/// # Safety
+/// `source` returns the same memory every time, unchanged until the value is dropped, and
+/// moving the value does not move that memory: devices read it after the value moved into
+/// the completion.
+pub unsafe trait WriteSource: Send + 'static {
+    fn source(&self) -> &[u8];
+}
+
+// SAFETY: the bytes are a heap allocation this value owns.
+unsafe impl WriteSource for IoBuf {
+    fn source(&self) -> &[u8] {
+        self
+    }
+}
+
+// SAFETY: the box's contents keep the promise; the box itself is not the memory.
+unsafe impl<T: WriteSource + ?Sized> WriteSource for Box<T> {
+    fn source(&self) -> &[u8] {
+        (**self).source()
     }
 }
 

@@ -20,7 +20,7 @@ pub use emulate::{
 pub use engine::lent::{lend_ring, LentRing};
 pub use engine::{other_requests_wait_for_this_thread, EngineChoice, EngineKind};
 pub use error::{Result, StripeError};
-pub use io::{IoBuf, ReadTarget};
+pub use io::{IoBuf, ReadTarget, WriteSource};
 pub use layout::{Layout, Rings, SlotIo};
 pub use volume::{
     merged, ram_backed, statvfs, Copied, DeviceHealth, Fault, ObjectInfo, Seek, SpaceInfo, Volume,

@@ -6,7 +6,7 @@ use crate::device::{open_devices, DeviceInfo, FANOUT, META_DIR, OBJECTS};
 use crate::emulate::{Controller, ControllerModel, DeviceModel, Emulated};
 use crate::engine::{DevOp, EngineChoice, EngineKind, IoEngine};
 use crate::error::{Result, StripeError};
-use crate::io::{IoBuf, ReadTarget};
+use crate::io::{IoBuf, ReadTarget, WriteSource};
 use crate::layout::{Layout, Rings, SlotIo};
 use dashmap::DashMap;
 use parking_lot::{Condvar, Mutex, RwLock};

@@ -241,16 +241,19 @@ impl Volume {
         );
     }
 
-    /// Writes `data` at `offset`; `done` runs when every device has it.
-    pub fn write_async(
+    /// Writes `data` at `offset`; `done` runs when every device has it (and `data` is
+    /// dropped).
+    pub fn write_async<T: WriteSource>(
         &self,
         ino: u64,
         layout: &Layout,
         offset: u64,
-        mut data: IoBuf,
+        data: T,
         done: impl FnOnce(Result<()>) + Send + 'static,
     ) {
-        let (base, len) = (data.as_mut_ptr(), data.len());
+        let bytes = data.source();
+        // Writes only read the buffer.
+        let (base, len) = (bytes.as_ptr() as *mut u8, bytes.len());
         let join = Join::new(move |r| {
             drop(data);
             done(r)
