@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Two (or more) stripefs builds on one workload, alternating round by round so the machine's
+# drift hits them alike: a fresh 4-device volume per run, one fio job (libaio, O_DIRECT), IOPS
+# and the daemon's CPU per 100k I/Os (from /proc/PID/stat), medians of ROUNDS.
+#   BINS="/tmp/stripefs-before target/release/stripefs" scripts/ab.sh
+#   BINS="..." STORE=/var/tmp/ab DEVICE_IO=direct BS=1M RW=write QD=1 scripts/ab.sh
+# Knobs: STORE (emptied; tmpfs by default), DEVICE_IO (buffered, or direct on a disk),
+# TRANSPORT (dev or uring; uring needs /sys/module/fuse/parameters/enable_uring = Y), EXTRA
+# ([mount] lines, \n-separated), RW, BS, QD, RUNTIME (seconds), ROUNDS. Needs root and fio.
+set -euo pipefail
+BINS=${BINS:?BINS: the stripefs binaries to compare}
+STORE=${STORE:-/dev/shm/stripefs-ab}
+DEVICE_IO=${DEVICE_IO:-buffered}
+TRANSPORT=${TRANSPORT:-dev}
+EXTRA=${EXTRA:-}
+RW=${RW:-randread}
+BS=${BS:-4k}
+QD=${QD:-32}
+RUNTIME=${RUNTIME:-4}
+ROUNDS=${ROUNDS:-3}
+command -v fio >/dev/null || { echo "fio is needed (apt-get install fio)" >&2; exit 1; }
+mnt=$STORE/mnt
+cleanup() {
+  mountpoint -q "$mnt" && { umount "$mnt" 2>/dev/null || umount -l "$mnt"; }
+  rm -rf "$STORE"
+}
+trap cleanup EXIT
+declare -A runs
+for round in $(seq "$ROUNDS"); do
+  for bin in $BINS; do
+    rm -rf "$STORE"
+    mkdir -p "$STORE"/d{0,1,2,3} "$mnt"
+    printf '[volume]\ndevices = ["%s/d0", "%s/d1", "%s/d2", "%s/d3"]\nstripe_size = "64K"\ndevice_io = "%s"\n[mount]\ntransport = "%s"\n%b\n' \
+      "$STORE" "$STORE" "$STORE" "$STORE" "$DEVICE_IO" "$TRANSPORT" "$EXTRA" > "$STORE/vol.toml"
+    "$bin" mkfs "$STORE/vol.toml" >/dev/null 2>&1
+    "$bin" mount "$STORE/vol.toml" "$mnt" >/dev/null 2>&1
+    dd if=/dev/urandom of="$mnt/f" bs=1M count=256 oflag=direct status=none
+    pid=$(pgrep -f "mount $STORE/vol.toml" | head -1)
+    cpu0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    iops=$(fio --name=ab --filename="$mnt/f" --size=256M --rw="$RW" --bs="$BS" --iodepth="$QD" \
+      --numjobs=1 --ioengine=libaio --direct=1 --runtime="$RUNTIME" --time_based \
+      --norandommap --randrepeat=0 --output-format=json 2>/dev/null |
+      python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print("%.0f" % (j["read"]["iops"] + j["write"]["iops"]))')
+    cpu1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    runs[$bin]="${runs[$bin]:-} $iops/$(( cpu1 - cpu0 ))"
+    "$bin" umount "$mnt" >/dev/null 2>&1
+    echo "round $round $bin: $iops IOPS" >&2
+  done
+done
+echo "$RW $BS Q$QD, $TRANSPORT, device I/O $DEVICE_IO, $ROUNDS rounds of ${RUNTIME}s (median [rounds])"
+for bin in $BINS; do
+  python3 - "$bin" "$RUNTIME" ${runs[$bin]} <<'PY'
+import statistics as st, sys
+name, runtime, runs = sys.argv[1], float(sys.argv[2]), [r.split("/") for r in sys.argv[3:]]
+iops = [float(i) for i, _ in runs]
+# /proc/PID/stat counts clock ticks (100 a second): CPU-seconds per 100k I/Os.
+cpu = [int(t) / 100 / runtime / max(i, 1) * 1e5 for i, (_, t) in zip(iops, runs)]
+print(f"{name}: IOPS {st.median(iops):.0f} {[int(i) for i in iops]}  "
+      f"daemon CPU-s/100k {st.median(cpu):.3f} {[round(c, 3) for c in cpu]}")
+PY
+done
