@@ -166,8 +166,8 @@ fn large_direct_writes_from_many_threads_land_intact() {
         let mut rng = Rng::new(t * 1000 + k);
         rng.bytes(len)
     };
-    // Sizes around the point where data is kept rather than copied (64 KiB), and 1 MiB.
-    let sizes = [1 << 20, 64 << 10, (64 << 10) - 4096, 256 << 10, 1 << 20];
+    // Sizes around the point where data is kept rather than copied (512 KiB), and 1 MiB.
+    let sizes = [1 << 20, 512 << 10, (512 << 10) - 4096, 64 << 10, 1 << 20];
     std::thread::scope(|s| {
         for t in 0..4u64 {
             let path = v.path(&format!("w{t}"));

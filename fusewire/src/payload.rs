@@ -15,8 +15,9 @@ use std::sync::Arc;
 const PAGE: usize = 4096;
 /// Where a WRITE's data starts in the message.
 const WRITE_HEADERS: usize = size_of::<fuse_in_header>() + size_of::<fuse_write_in>();
-/// Buffers kept for reuse: enough for the writes a mount keeps in flight at Q8-Q32 of 1 MiB.
-const KEEP: usize = 16;
+/// Buffers kept for reuse (about 1 MiB each): enough for Q32 of 1 MiB writes without
+/// allocating (and faulting in) a fresh one per request; a larger burst frees its extra.
+const KEEP: usize = 32;
 
 /// An idle buffer: its memory and size.
 struct Idle(NonNull<u8>, usize);

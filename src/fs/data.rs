@@ -27,9 +27,10 @@ unsafe impl WriteSource for KeptWrite {
     }
 }
 
-/// Writes from this size on keep their data in the request buffer (each holds one buffer of
-/// `max_write` while in flight); smaller ones are copied, which costs less than that.
-const KEEP_FROM: usize = 64 * 1024;
+/// Writes from this size on keep their data in the request buffer, which each then holds
+/// while in flight (`max_write` and 68 KiB more, whatever the write's size): from half of it
+/// on, that costs at most twice the copy's memory. Smaller ones are copied.
+const KEEP_FROM: usize = 512 * 1024;
 
 /// The WRITE's data kept in place, when it is worth it.
 pub(super) fn keep_in_place(req: &fusewire::Request<'_>) -> Option<KeptWrite> {

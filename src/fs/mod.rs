@@ -50,6 +50,9 @@ pub struct StripeFs {
     /// POSIX ACLs are enforced (FUSE_POSIX_ACL: the kernel checks them, the daemon keeps
     /// them and the mode in step); without it they are refused (EOPNOTSUPP). Set at INIT.
     acl: AtomicBool,
+    /// One thread reads /dev/fuse (`[mount] threads = 1`): it never does a request's device
+    /// I/O itself, or requests queued behind it would reach the devices one at a time.
+    lone_reader: bool,
     /// The kernel leaves the umask to the daemon (FUSE_DONT_MASK), for default ACLs.
     dont_mask: AtomicBool,
     /// Tells the kernel what changed behind its back (a file's data moved by a collapse or
@@ -61,6 +64,7 @@ impl StripeFs {
     pub fn new(engine: Arc<Engine>) -> StripeFs {
         StripeFs {
             ttl: engine.config.mount.attr_timeout,
+            lone_reader: engine.config.mount.fuse_threads(engine.caching.is_some()) == 1,
             engine,
             dirs: DashMap::new(),
             next_fh: AtomicU64::new(1),
@@ -250,7 +254,7 @@ impl Filesystem for StripeFs {
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
         crate::engine::this_is_a_ring_thread();
         stripe::other_requests_wait_for_this_thread(ring.others_waiting());
-        stripe::lend_ring(&Lender(ring), || self.request(req, reply))
+        stripe::lend_ring(&Lender(ring), || self.serve(req, reply))
     }
 
     fn ring_completion(&self, ring: &fusewire::RingCtx<'_>, user_data: u64, result: i32) {
@@ -289,6 +293,17 @@ impl Filesystem for StripeFs {
     }
 
     fn request(&self, req: Request<'_>, reply: Reply) {
+        if self.lone_reader {
+            // With one thread reading /dev/fuse, requests may always be waiting for it.
+            stripe::other_requests_wait_for_this_thread(true);
+        }
+        self.serve(req, reply)
+    }
+}
+
+impl StripeFs {
+    /// A request from either transport.
+    fn serve(&self, req: Request<'_>, reply: Reply) {
         let ino = req.nodeid;
         let c = Caller {
             uid: req.uid,

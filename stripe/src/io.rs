@@ -109,8 +109,8 @@ unsafe impl ReadTarget for IoBuf {
     }
 }
 
-/// Bytes a write takes where they lie: a pooled buffer, or a transport's own (the request
-/// buffer a FUSE WRITE arrived in), with no copy first.
+/// Bytes a write takes where they lie: a pooled buffer, or the caller's own (the buffer a
+/// request arrived in), with no copy first.
 ///
 /// # Safety
 /// `source` returns the same memory every time, unchanged until the value is dropped, and

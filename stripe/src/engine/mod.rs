@@ -319,7 +319,7 @@ impl IoEngine {
     /// itself, as a blocking pread would: no hand-off and no wake-up, which is what a queue
     /// depth of 1 pays for (RND4K Q1T1 on an ext4 disk). One piece runs with a blocking call;
     /// pieces on several devices go out together on the thread's own ring ([`own_ring`]),
-    /// over io_uring. Under load every op goes to the engine: to a ring this thread lent
+    /// over io_uring (not on the engine's own threads, which others wait for). Under load every op goes to the engine: to a ring this thread lent
     /// ([`lent`]) unless `submitter_waits` for them, else to the engine's own.
     pub fn submit(&self, mut ops: Vec<Box<DevOp>>, submitter_waits: bool) {
         if ops.is_empty() {
@@ -341,7 +341,12 @@ impl IoEngine {
         };
         // A lone request over several devices: its pieces at once, waited for on this thread.
         let (queued, inline) = match &self.backend {
-            Backend::Uring(_) if idle && !queued.is_empty() && !lent::is_lent() => {
+            Backend::Uring(_)
+                if idle
+                    && !queued.is_empty()
+                    && !lent::is_lent()
+                    && !ENGINE_THREAD.with(|s| s.get()) =>
+            {
                 match own_ring::run_here(&self.timer, queued, inline) {
                     Ok(()) => return,
                     Err(back) => back,

@@ -67,7 +67,8 @@ pub(super) fn run_here(
         return Err((queued, inline));
     };
     // While the ring is out of its cell a nested request (submitted by a callback) finds
-    // `Refused` and goes to the engine's ring.
+    // `Refused` and goes to the engine's ring. Nothing in `run_on` unwinds (callbacks run
+    // guarded): the ring never goes with ops still in flight on it.
     run_on(&mut ring, timer, queued, inline);
     OWN.with(|own| *own.borrow_mut() = Own::Ready(ring));
     Ok(())

@@ -39,8 +39,8 @@ fn a_lone_request_over_several_devices_ends_on_its_submitter() {
         "the write ended here"
     );
 
-    // A request submitted from the end of a lone one (the thread's ring still busy with it)
-    // goes to the engine's ring, and both finish.
+    // A request submitted from the end of a lone one (its ring back in its cell by then:
+    // the submitter's token of the request is let go after the pieces) runs and ends too.
     settle(&v);
     let (tx, rx) = mpsc::channel();
     let (v2, tx2) = (v.clone(), tx.clone());

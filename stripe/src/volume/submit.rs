@@ -98,6 +98,8 @@ impl Volume {
             .note_error(dev, write, self.set.admit(dev, write, io))?;
         let opened = self.object(objs, dev, ino, write);
         let Some(file) = self.set.note_error(dev, write, opened)? else {
+            // Only a read finds no object: a write makes it. A write's buffer is read-only.
+            debug_assert!(!write, "a write without its object");
             for &(o, l) in &io.segments {
                 // SAFETY: the segment lies inside the request's buffer, which is ours.
                 unsafe { std::ptr::write_bytes(base.add(o), 0, l) };
@@ -193,7 +195,8 @@ impl Volume {
     }
 
     /// Reads `len` bytes at `offset` and hands them to `done`; holes and unwritten ranges read
-    /// as zeros. Returns at once: `done` runs when the devices have answered.
+    /// as zeros. `done` runs when the devices have answered: later, or before this returns
+    /// when the engine was idle and the calling thread did the I/O itself.
     pub fn read_async(
         &self,
         ino: u64,
