@@ -156,11 +156,17 @@ fn many_threads_at_once_without_a_cache() {
 
 /// Large direct writes keep their data in the buffer the request was read into while the
 /// devices take it (no copy): from many threads at once, each write's bytes land as written,
-/// never the next request's.
+/// never the next request's. With one FUSE thread too, which hands every request's I/O to the
+/// engine.
 #[test]
 fn large_direct_writes_from_many_threads_land_intact() {
+    large_direct_writes_land_intact_on("");
+    large_direct_writes_land_intact_on("[mount]\nthreads = 1\n");
+}
+
+fn large_direct_writes_land_intact_on(extra: &str) {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let mut v = TestVolume::new(4, "64K", "");
+    let mut v = TestVolume::new(4, "64K", extra);
     v.mount();
     let pattern = |t: u64, k: u64, len: usize| -> Vec<u8> {
         let mut rng = Rng::new(t * 1000 + k);
