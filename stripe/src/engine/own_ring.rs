@@ -4,7 +4,8 @@
 //! one back. At queue depth 1 that hand-off is most of the request's cost beyond the device
 //! (SEQ1M Q1T1 on 4 directories of an ext4 disk).
 
-use super::{cqe_result, finish, timer::Timer, uring::entry, DevOp, Step};
+use super::uring::{enter, entry};
+use super::{cqe_result, finish, timer::Timer, DevOp, Step};
 use io_uring::IoUring;
 use std::cell::RefCell;
 use std::io;
@@ -110,23 +111,5 @@ fn push(ring: &mut IoUring, op: Box<DevOp>) {
     // room, as no request puts more than ENTRIES ops on it and a retry replaces its op.
     while unsafe { ring.submission().push(&e) }.is_err() {
         enter(ring, 0);
-    }
-}
-
-/// Submits what is on the SQ and waits for `want` completions; the ops are in flight, so
-/// this retries until the kernel takes them (as the engine's ring does).
-fn enter(ring: &IoUring, want: usize) {
-    loop {
-        match ring.submit_and_wait(want) {
-            Ok(_) => return,
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
-                std::thread::yield_now()
-            }
-            Err(e) => {
-                log::error!("this thread's io_uring failed: {e}; retrying");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
     }
 }

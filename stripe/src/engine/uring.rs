@@ -86,6 +86,25 @@ impl Uring {
     }
 }
 
+/// Submits what is on `ring`'s SQ and waits for `want` completions. The ops are in flight, so
+/// this retries until the kernel takes them; when it is busy, completions must be reaped
+/// first, which the engine's completion thread does (a submitter holding the SQ must not).
+pub(super) fn enter(ring: &IoUring, want: usize) {
+    loop {
+        match ring.submit_and_wait(want) {
+            Ok(_) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
+                std::thread::yield_now()
+            }
+            Err(e) => {
+                log::error!("io_uring submit failed: {e}; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}
+
 /// The SQE of `op`'s next transfer; its user_data is the op's address.
 pub(super) fn entry(op: &DevOp) -> io_uring::squeue::Entry {
     let fd = types::Fd(op.raw_fd());
@@ -123,23 +142,8 @@ impl Ring {
         self.enter();
     }
 
-    /// Submits what is on the SQ; waits for room when the kernel is busy.
     fn enter(&self) {
-        loop {
-            match self.ring.submit() {
-                Ok(_) => return,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
-                    // Completions must be reaped before the kernel takes more: the completion
-                    // thread does it (this thread holds the SQ, so it must not resubmit).
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    log::error!("io_uring submit failed: {e}; retrying");
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-            }
-        }
+        enter(&self.ring, 0);
     }
 
     /// Takes every finished op off the CQ and runs its completion. With `wait`, waits for a
