@@ -194,8 +194,8 @@ impl Engine {
     /// Reads up to `size` bytes at `offset` into `into` (at least `size` long), stopping at
     /// end of file, and hands it back to `done` with the length read: when the devices answer,
     /// or from the cache (at once, or when an emulated cache device would have finished).
-    /// The file's data lock is held (shared) until then, so no
-    /// truncate or migrate runs under a read in flight.
+    /// The file's data lock is held (shared) until then, so no truncate or migrate runs
+    /// under a read in flight.
     pub fn read<T: ReadTarget>(
         self: &Arc<Self>,
         ino: u64,

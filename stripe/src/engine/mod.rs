@@ -319,8 +319,9 @@ impl IoEngine {
     /// itself, as a blocking pread would: no hand-off and no wake-up, which is what a queue
     /// depth of 1 pays for (RND4K Q1T1 on an ext4 disk). One piece runs with a blocking call;
     /// pieces on several devices go out together on the thread's own ring ([`own_ring`]),
-    /// over io_uring (not on the engine's own threads, which others wait for). Under load every op goes to the engine: to a ring this thread lent
-    /// ([`lent`]) unless `submitter_waits` for them, else to the engine's own.
+    /// over io_uring (not on the engine's own threads, which others wait for). Under load
+    /// every op goes to the engine: to a ring this thread lent ([`lent`]) unless
+    /// `submitter_waits` for them, else to the engine's own.
     pub fn submit(&self, mut ops: Vec<Box<DevOp>>, submitter_waits: bool) {
         if ops.is_empty() {
             return;
@@ -331,14 +332,7 @@ impl IoEngine {
             op.counted = Some(self.in_flight.clone());
             op.inline |= alone;
         }
-        // Mostly all ops are of one kind: sorted without new vectors then.
-        let (inline, queued) = if ops.iter().all(|op| op.inline) {
-            (ops, Vec::new())
-        } else if !ops.iter().any(|op| op.inline) {
-            (Vec::new(), ops)
-        } else {
-            ops.into_iter().partition(|op| op.inline)
-        };
+        let (inline, queued): (Vec<_>, Vec<_>) = ops.into_iter().partition(|op| op.inline);
         // A lone request over several devices: its pieces at once, waited for on this thread.
         let (queued, inline) = match &self.backend {
             Backend::Uring(_)
