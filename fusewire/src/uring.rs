@@ -371,6 +371,19 @@ impl RingCtx<'_> {
         Ok(())
     }
 
+    /// Submits what is queued now rather than when this thread next waits. A busy ring
+    /// (EBUSY, EAGAIN) keeps it for then.
+    pub fn submit(&self) {
+        if let Err(e) = self.uring.submit() {
+            if !matches!(
+                e.raw_os_error(),
+                Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)
+            ) {
+                log::warn!("io_uring submit: {e}");
+            }
+        }
+    }
+
     /// The filesystem's SQEs on this ring whose completions have not come yet. While there
     /// are some, this thread must not wait for anything they hold (a lock a completion
     /// releases): [`Filesystem::runs_on_ring`].

@@ -40,6 +40,10 @@ impl stripe::LentRing for Lender<'_, '_> {
         // SAFETY: the engine keeps what the SQE points to alive until its completion.
         unsafe { self.0.push(sqe, user_data) }
     }
+
+    fn submit(&self) {
+        self.0.submit();
+    }
 }
 
 pub struct StripeFs {

@@ -365,6 +365,7 @@ impl IoEngine {
     /// Queues ops on the ring lent to this thread; any it refuses go to the engine's own.
     fn push_lent(&self, own: &uring::Uring, ops: Vec<Box<DevOp>>) {
         let mut refused = Vec::new();
+        let queued = ops.len();
         for op in ops {
             let op = Box::into_raw(op);
             // SAFETY: the op, and the buffer its iovecs point into, live until its completion
@@ -376,6 +377,9 @@ impl IoEngine {
             }
             // SAFETY: not queued: still only ours.
             refused.push(unsafe { Box::from_raw(op) });
+        }
+        if refused.len() < queued {
+            lent::submit();
         }
         own.submit(refused);
     }

@@ -23,6 +23,10 @@ impl LentRing for TestRing {
         self.pushed.set(self.pushed.get() + 1);
         Ok(())
     }
+
+    fn submit(&self) {
+        self.ring.submit().unwrap();
+    }
 }
 
 impl TestRing {
@@ -96,8 +100,11 @@ fn async_io_goes_on_the_lent_ring_and_waited_io_never_does() {
         crate::engine::other_requests_wait_for_this_thread(false);
         match choice {
             EngineChoice::Uring => {
-                // 4 reads (one per device) and 2 writes (16K over 8K stripes).
+                // 4 reads (one per device) and 2 writes (16K over 8K stripes), submitted
+                // at once rather than with the ring thread's next batch.
                 assert_eq!(ring.pushed.get(), 6);
+                // SAFETY: only this thread touches the ring.
+                assert!(unsafe { ring.ring.submission_shared() }.is_empty());
                 assert!(
                     read.lock().is_none(),
                     "done before its completion was handed back"
