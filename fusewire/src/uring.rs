@@ -327,7 +327,8 @@ fn push_sqe(
 
 /// The ring thread's io_uring, lent to the filesystem while it runs on that thread
 /// ([`Filesystem::request_on_ring`], [`Filesystem::ring_completion`]): device I/O queued here
-/// is submitted with the ring's next batch and completes on the same thread, so a READ can go
+/// is submitted with the ring's next batch, or at once with [`RingCtx::submit`], and completes
+/// on the same thread, so a READ can go
 /// from the device into the entry's payload buffer ([`Reply::buffer`]) and be committed
 /// without any other thread or copy.
 pub struct RingCtx<'a> {
@@ -371,8 +372,9 @@ impl RingCtx<'_> {
         Ok(())
     }
 
-    /// Submits what is queued now rather than when this thread next waits. A busy ring
-    /// (EBUSY, EAGAIN) keeps it for then.
+    /// Submits what is queued now rather than when this thread next waits. Best effort: a
+    /// busy ring (EBUSY, EAGAIN) keeps it for that wait, which always comes before the thread
+    /// sleeps.
     pub fn submit(&self) {
         if let Err(e) = self.uring.submit() {
             if !matches!(
@@ -494,9 +496,11 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
 
 /// A ring set up as fio sets up its own: only the ring thread submits (SINGLE_ISSUER, the
 /// ring created disabled and enabled by that thread), and completions, the kernel's FUSE
-/// requests among them, are run when the thread waits for them rather than as task work
-/// interrupting it (DEFER_TASKRUN); TASKRUN_FLAG tells the thread, without entering the
-/// kernel, that some wait. Kernels before 6.1 lack these: a plain ring there.
+/// requests among them, are run when the thread enters the kernel for them (its waits, and a
+/// [`RingCtx::submit`] while the flag below is up) rather than as task work interrupting it
+/// (DEFER_TASKRUN); TASKRUN_FLAG tells the thread, without entering the kernel, that some
+/// wait; SUBMIT_ALL lets the SQEs behind one the kernel refuses go. Kernels before 6.1 lack
+/// these: a plain ring there.
 fn new_ring(sq: u32) -> io::Result<Uring> {
     let deferred = IoUring::builder()
         .setup_cqsize(sq * 2)
@@ -505,6 +509,7 @@ fn new_ring(sq: u32) -> io::Result<Uring> {
         .setup_defer_taskrun()
         .setup_coop_taskrun()
         .setup_taskrun_flag()
+        .setup_submit_all()
         .build(sq);
     match deferred {
         Ok(uring) => Ok(uring),

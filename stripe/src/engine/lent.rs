@@ -2,9 +2,7 @@
 //! its own io_uring while it handles a request, so the request's device I/O completes on that
 //! same thread, which then commits the FUSE reply with its next batch: no hand-off to the
 //! engine's completion thread and no wake-up back. The I/O itself is submitted at once, not
-//! with that batch: a disk serves a steady stream faster than bursts (RND4K Q32T1 read on 4
-//! directories of an ext4 disk: 62k IOPS with the batch, 76k at once; the disk's own latency
-//! 330 -> 250 us).
+//! with that batch: a disk serves a steady stream faster than bursts (measured in the README).
 //!
 //! Only I/O nobody waits for on this thread goes there: the thread reaps its ring only
 //! between requests, so a wait for one of its own completions would never end.

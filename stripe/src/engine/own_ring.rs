@@ -34,6 +34,7 @@ fn new_ring() -> io::Result<IoUring> {
         .setup_single_issuer()
         .setup_defer_taskrun()
         .setup_coop_taskrun()
+        .setup_submit_all()
         .build(ENTRIES)
         .or_else(|_| IoUring::builder().build(ENTRIES))
 }

@@ -34,9 +34,17 @@ pub(crate) struct Uring {
 
 impl Uring {
     pub fn start(timer: Arc<Timer>) -> io::Result<Uring> {
+        // SUBMIT_ALL (5.18+): an SQE the kernel refuses at submission still lets the ones
+        // behind it go, as the enter loops assume.
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
-            .build(SQ_ENTRIES)?;
+            .setup_submit_all()
+            .build(SQ_ENTRIES)
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_cqsize(CQ_ENTRIES)
+                    .build(SQ_ENTRIES)
+            })?;
         // SAFETY: plain syscall; the descriptor is owned below.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
