@@ -328,9 +328,8 @@ fn push_sqe(
 /// The ring thread's io_uring, lent to the filesystem while it runs on that thread
 /// ([`Filesystem::request_on_ring`], [`Filesystem::ring_completion`]): device I/O queued here
 /// is submitted with the ring's next batch, or at once with [`RingCtx::submit`], and completes
-/// on the same thread, so a READ can go
-/// from the device into the entry's payload buffer ([`Reply::buffer`]) and be committed
-/// without any other thread or copy.
+/// on the same thread, so a READ can go from the device into the entry's payload buffer
+/// ([`Reply::buffer`]) and be committed without any other thread or copy.
 pub struct RingCtx<'a> {
     uring: &'a Uring,
     thread: usize,
