@@ -38,6 +38,17 @@ fn bytes_on_devices(v: &TestVolume, object: u64) -> u64 {
         .sum()
 }
 
+/// Appends a `[cache]` on a file store in `ssd` (16K lines) to `v`'s config; `rest` holds its
+/// other keys and sections.
+fn add_file_cache(v: &TestVolume, ssd: &Path, rest: &str) {
+    let cfg = fs::read_to_string(&v.config).unwrap()
+        + &format!(
+            "[cache]\nstore = \"file\"\npath = \"{}\"\nline_size = \"16K\"\n{rest}",
+            ssd.display()
+        );
+    fs::write(&v.config, cfg).unwrap();
+}
+
 #[test]
 fn targets_decide_the_mode_and_the_stats_show_it() {
     let cache = "[cache]\nstore = \"ram\"\nsize = \"8M\"\nline_size = \"64K\"\nmode = \"wt\"\ndefault = \"targets\"\n\
@@ -254,12 +265,11 @@ fn an_emulated_cache_device_answers_lone_and_concurrent_requests_intact() {
     let mut v = TestVolume::new(2, "64K", "");
     let ssd = v.root.path().join("ssd");
     fs::create_dir(&ssd).unwrap();
-    let cfg = fs::read_to_string(&v.config).unwrap()
-        + &format!(
-            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"16M\"\nline_size = \"16K\"\nmode = \"wb\"\nemulate = \"nvme\"\n",
-            ssd.display()
-        );
-    fs::write(&v.config, cfg).unwrap();
+    add_file_cache(
+        &v,
+        &ssd,
+        "size = \"16M\"\nmode = \"wb\"\nemulate = \"nvme\"\n",
+    );
     v.mount();
     const BLOCK: usize = 4096;
     fn check(v: &TestVolume, name: &str, data: &[u8]) {
@@ -314,12 +324,11 @@ fn file_store_write_back_survives_sigkill_after_fsync() {
     let mut v = TestVolume::new(2, "64K", "");
     let ssd = v.root.path().join("ssd");
     fs::create_dir(&ssd).unwrap();
-    let cfg = fs::read_to_string(&v.config).unwrap()
-        + &format!(
-            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
-            ssd.display()
-        );
-    fs::write(&v.config, cfg).unwrap();
+    add_file_cache(
+        &v,
+        &ssd,
+        "size = \"8M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
+    );
     v.mount();
     let mut rng = Rng::new(11);
     let mut files = Vec::new();
@@ -353,12 +362,7 @@ fn file_store_write_back_survives_sigkill_after_fsync() {
     v.assert_fsck_clean("after the test");
     // Another volume's cache file is refused, and --cache-reset discards it.
     let mut other = TestVolume::new(1, "64K", "");
-    let other_cfg = fs::read_to_string(&other.config).unwrap()
-        + &format!(
-            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\n",
-            ssd.display()
-        );
-    fs::write(&other.config, other_cfg).unwrap();
+    add_file_cache(&other, &ssd, "size = \"8M\"\n");
     let out = stripefs(&["mount", other.cfg(), other.mnt_str()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to another volume"));
@@ -431,12 +435,11 @@ fn a_punched_hole_leaves_only_its_range_of_the_cache_and_survives_a_crash() {
     let mut v = TestVolume::new(2, "64K", "");
     let ssd = v.root.path().join("ssd");
     fs::create_dir(&ssd).unwrap();
-    let cfg = fs::read_to_string(&v.config).unwrap()
-        + &format!(
-            "[cache]\nstore = \"file\"\npath = \"{}\"\nsize = \"8M\"\nline_size = \"16K\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
-            ssd.display()
-        );
-    fs::write(&v.config, cfg).unwrap();
+    add_file_cache(
+        &v,
+        &ssd,
+        "size = \"8M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
+    );
     v.mount();
     let data = Rng::new(21).bytes(256 << 10);
     let f = OpenOptions::new()
