@@ -164,8 +164,9 @@ impl Volume {
             && !self.controller.as_ref().is_some_and(|c| c.serves(d))
     }
 
-    /// Runs `job` at `at` on the engine's timer thread: an answer held back until an emulated
-    /// device would have given it, with no thread waiting meanwhile.
+    /// Runs `job` at `at`: an answer held back until an emulated device would have given it,
+    /// with no thread waiting meanwhile (on the ring this thread lent, else on the engine's
+    /// timer thread). Nothing on this thread may wait for the job.
     pub fn run_at(&self, at: std::time::Instant, job: impl FnOnce() + Send + 'static) {
         self.engine().at(at, job);
     }

@@ -251,6 +251,8 @@ pub(crate) struct IoEngine {
     backend: Backend,
     timer: Arc<timer::Timer>,
     in_flight: Arc<InFlight>,
+    /// Answers held back on lent rings (timeouts not completed yet).
+    held_on_rings: AtomicUsize,
 }
 
 impl IoEngine {
@@ -285,6 +287,7 @@ impl IoEngine {
             backend,
             timer,
             in_flight: Arc::default(),
+            held_on_rings: AtomicUsize::new(0),
         })
     }
 
@@ -303,9 +306,21 @@ impl IoEngine {
         }
     }
 
-    /// Runs `job` on the engine's timer thread at `at`.
+    /// Runs `job` at `at`: the only answer held back waits on the ring this thread lent (see
+    /// [`lent`]); with others held, on the engine's timer thread, which answers all that are
+    /// due in one wake. Nothing on this thread may wait for the job.
     pub fn at(&self, at: Instant, job: impl FnOnce() + Send + 'static) {
-        self.timer.at(at, Box::new(job));
+        let mut job: timer::Job = Box::new(job);
+        if self.held_on_rings.load(SeqCst) == 0 && self.timer.idle() {
+            match lent::push_timed(at, job) {
+                Ok(()) => {
+                    self.held_on_rings.fetch_add(1, SeqCst);
+                    return;
+                }
+                Err(back) => job = back,
+            }
+        }
+        self.timer.at(at, job);
     }
 
     /// Nothing in flight: a request now is latency-bound, and may be done by the thread
@@ -391,6 +406,11 @@ impl IoEngine {
     /// `user_data` comes from the completion of an SQE this engine queued on a lent ring
     /// (each completion handed over once).
     pub unsafe fn complete_lent(&self, user_data: u64, result: i32) {
+        // SAFETY: the caller's promise. Its deadline passed (ETIME), or the ring ends.
+        if let Some(job) = unsafe { lent::take_timed(user_data) } {
+            self.held_on_rings.fetch_sub(1, SeqCst);
+            return guarded(job);
+        }
         // SAFETY: the op leaked by `push_lent`, completed once (the caller's promise).
         let op = unsafe { Box::from_raw(user_data as *mut DevOp) };
         match op.progress(cqe_result(result)) {
@@ -444,7 +464,7 @@ pub(crate) fn finish(timer: &timer::Timer, mut op: Box<DevOp>, result: io::Resul
             c.leave();
         }
         if let Some(cb) = cb {
-            guarded(cb, result);
+            guarded(|| cb(result));
         }
     };
     let cb = op.on_done.take();
@@ -456,8 +476,8 @@ pub(crate) fn finish(timer: &timer::Timer, mut op: Box<DevOp>, result: io::Resul
 
 /// Runs a callback; one that panics is logged, and the thread (a completion thread, or a
 /// submitter whose own buffer the kernel may still be filling) goes on.
-fn guarded(cb: OnDone, result: io::Result<()>) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(result))).is_err() {
+fn guarded(cb: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(cb)).is_err() {
         log::error!("an I/O completion callback panicked; the I/O engine goes on");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use std::io;
 use std::time::Instant;
 
-type Job = Box<dyn FnOnce() + Send>;
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 struct Due {
     at: Instant,
@@ -76,6 +76,11 @@ impl Timer {
         if earliest {
             cv.notify_one();
         }
+    }
+
+    /// Nothing is waiting for its time.
+    pub fn idle(&self) -> bool {
+        self.queue.0.lock().due.is_empty()
     }
 
     /// Runs what is still due at once, then ends the thread.

@@ -134,3 +134,67 @@ fn async_io_goes_on_the_lent_ring_and_waited_io_never_does() {
         assert!(v.idle(), "{choice:?}");
     }
 }
+
+/// A lone answer held back for an emulated device waits on the lent ring as a timeout and runs
+/// on the thread that lent it, not before its deadline; one held while another is, or with no
+/// ring lent, waits on the timer thread.
+#[test]
+fn a_held_back_answer_waits_on_the_lent_ring_and_runs_on_its_thread() {
+    let (_root, v) = volume(1, 8192);
+    v.start_engine(EngineChoice::Threads, 1).unwrap();
+    let Ok(ring) = IoUring::new(8) else {
+        return; // no io_uring in this sandbox
+    };
+    let ring = TestRing {
+        ring,
+        pushed: Cell::new(0),
+    };
+    type Ran = Arc<Mutex<Option<(std::thread::ThreadId, Instant)>>>;
+    let record = |ran: &Ran| {
+        let ran = ran.clone();
+        move || *ran.lock() = Some((std::thread::current().id(), Instant::now()))
+    };
+    let here = std::thread::current().id();
+
+    let (lone, second) = (Ran::default(), Ran::default());
+    let at = Instant::now() + Duration::from_millis(30);
+    lend_ring(&ring, || {
+        v.run_at(at, record(&lone));
+        v.run_at(at, record(&second));
+    });
+    assert_eq!(
+        ring.pushed.get(),
+        1,
+        "the lone one is a timeout on the lent ring"
+    );
+    assert!(
+        lone.lock().is_none(),
+        "ran before its completion was handed back"
+    );
+    ring.run_until(&v, || lone.lock().is_some() && second.lock().is_some());
+    let (thread, when) = lone.lock().take().unwrap();
+    assert_eq!(thread, here);
+    assert!(when >= at, "ran {:?} early", at - when);
+    let (thread, when) = second.lock().take().unwrap();
+    assert_ne!(thread, here, "the timer thread runs the second");
+    assert!(when >= at);
+
+    let ran = Ran::default();
+    let at = Instant::now() + Duration::from_millis(10);
+    v.run_at(at, record(&ran));
+    let since = Instant::now();
+    while ran.lock().is_none() && since.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (thread, when) = ran.lock().take().expect("the timer ran it");
+    assert_ne!(thread, here);
+    assert!(when >= at);
+    assert_eq!(ring.pushed.get(), 1);
+
+    // Once the lone one is done, the next lone one goes to the ring again.
+    let ran = Ran::default();
+    lend_ring(&ring, || v.run_at(Instant::now(), record(&ran)));
+    assert_eq!(ring.pushed.get(), 2);
+    ring.run_until(&v, || ran.lock().is_some());
+    assert_eq!(ran.lock().unwrap().0, here);
+}
