@@ -270,8 +270,9 @@ impl Filesystem for StripeFs {
     }
 
     /// A request that may wait for a file's data lock (truncate, punch, migrate, a cache
-    /// flush or detach) must not run on a ring thread with device I/O of its own in flight:
-    /// the read locks of that I/O are let go by completions only this thread reaps. With a
+    /// flush or detach) must not run on a ring thread with device I/O (or answers held back
+    /// for an emulated device) of its own in flight: the read locks of those are let go by
+    /// completions only this thread reaps. With a
     /// cache they also wait on its devices (a flush, a write-back), which would hold every
     /// request of the ring's CPU. Those go to the offload thread; the rest (traced: none
     /// waits for a data lock or for a thread that does) stay on the ring, an fsync handing

@@ -6,11 +6,8 @@
 //!
 //! An answer held back until an emulated device would have given it may wait there too, as
 //! a timeout: the thread runs it when the timeout completes and commits it, where the timer
-//! thread would have had to wake the ring thread to commit it. Only a lone one (the engine's
-//! `at` says when): RND4K Q1T1 read of the CAS preset's NVMe cache over io_uring 64 -> 70
-//! MB/s, but with every answer a timeout Q32T1 fell from 610 to 148 MB/s (one wake of the
-//! ring thread per answer, where the timer thread answers all that are due in one, on
-//! another CPU).
+//! thread would have had to wake the ring thread to commit it (which answers go there is the
+//! engine's `at`).
 //!
 //! Only what nobody waits for on this thread goes there: the thread reaps its ring only
 //! between requests, so a wait for one of its own completions would never end.
@@ -102,27 +99,29 @@ pub(crate) fn submit() {
 
 /// A job waiting on the lent ring for its deadline.
 struct Timed {
-    at: types::Timespec,
+    deadline: types::Timespec,
+    at: Instant,
     job: super::timer::Job,
 }
 
 /// Tags the user_data of a [`Timed`] (an op's is its 8-aligned address).
 const TIMED: u64 = 1;
 
-/// Queues `job` to run on this thread at `at`, when a ring is lent to it and no other request
-/// waits for the thread; else hands it back. Nothing on this thread may wait for the job.
+/// Queues `job` to run on this thread at `at`, when a ring is lent to it; else hands it back.
+/// Nothing on this thread may wait for the job.
 pub(crate) fn push_timed(at: Instant, job: super::timer::Job) -> Result<(), super::timer::Job> {
-    if !is_lent() || !super::this_thread_may_block() {
+    if !is_lent() {
         return Err(job);
     }
     let timed = Box::into_raw(Box::new(Timed {
-        at: monotonic(at),
+        deadline: monotonic(at),
+        at,
         job,
     }));
     // An absolute deadline: the SQE may go out with the ring's next batch.
     // SAFETY: `timed` is ours until the timeout's completion is handed to `take_timed`, and
     // the kernel reads the timespec inside it before then.
-    let sqe = opcode::Timeout::new(unsafe { &raw const (*timed).at })
+    let sqe = opcode::Timeout::new(unsafe { &raw const (*timed).deadline })
         .flags(types::TimeoutFlags::ABS)
         .build();
     // SAFETY: as above.
@@ -133,16 +132,17 @@ pub(crate) fn push_timed(at: Instant, job: super::timer::Job) -> Result<(), supe
     }
 }
 
-/// The job of a timeout queued by [`push_timed`], if `user_data` is one's.
+/// A timeout queued by [`push_timed`], if `user_data` is one's: its job and deadline.
 ///
 /// # Safety
 /// `user_data` comes from a completion of the lent ring, each handed over once.
-pub(crate) unsafe fn take_timed(user_data: u64) -> Option<super::timer::Job> {
+pub(crate) unsafe fn take_timed(user_data: u64) -> Option<(super::timer::Job, Instant)> {
     if user_data & TIMED == 0 {
         return None;
     }
     // SAFETY: leaked by `push_timed`, completed once (the caller's promise).
-    Some(unsafe { Box::from_raw((user_data & !TIMED) as *mut Timed) }.job)
+    let timed = unsafe { Box::from_raw((user_data & !TIMED) as *mut Timed) };
+    Some((timed.job, timed.at))
 }
 
 /// `at` on CLOCK_MONOTONIC, the clock of `Instant` and of io_uring's absolute timeouts.
