@@ -197,4 +197,16 @@ fn a_held_back_answer_waits_on_the_lent_ring_and_runs_on_its_thread() {
     assert_eq!(ring.pushed.get(), 2);
     ring.run_until(&v, || ran.lock().is_some());
     assert_eq!(ran.lock().unwrap().0, here);
+
+    // Other requests waiting for this thread: the timer takes it, the ring stays free.
+    let ran = Ran::default();
+    crate::engine::other_requests_wait_for_this_thread(true);
+    lend_ring(&ring, || v.run_at(Instant::now(), record(&ran)));
+    crate::engine::other_requests_wait_for_this_thread(false);
+    assert_eq!(ring.pushed.get(), 2);
+    let since = Instant::now();
+    while ran.lock().is_none() && since.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_ne!(ran.lock().expect("the timer ran it").0, here);
 }
