@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn stats(v: &TestVolume) -> serde_json::Value {
     let both: serde_json::Value =
@@ -47,6 +47,14 @@ fn add_file_cache(v: &TestVolume, ssd: &Path, rest: &str) {
             ssd.display()
         );
     fs::write(&v.config, cfg).unwrap();
+}
+
+/// [`add_file_cache`] on a new directory `ssd` of the volume's root, which it returns.
+fn with_file_cache(v: &TestVolume, rest: &str) -> PathBuf {
+    let ssd = v.root.path().join("ssd");
+    fs::create_dir(&ssd).unwrap();
+    add_file_cache(v, &ssd, rest);
+    ssd
 }
 
 #[test]
@@ -263,13 +271,7 @@ fn ram_write_back_is_written_back_by_fsync_and_by_unmount() {
 #[test]
 fn an_emulated_cache_device_answers_lone_and_concurrent_requests_intact() {
     let mut v = TestVolume::new(2, "64K", "");
-    let ssd = v.root.path().join("ssd");
-    fs::create_dir(&ssd).unwrap();
-    add_file_cache(
-        &v,
-        &ssd,
-        "size = \"16M\"\nmode = \"wb\"\nemulate = \"nvme\"\n",
-    );
+    with_file_cache(&v, "size = \"16M\"\nmode = \"wb\"\nemulate = \"nvme\"\n");
     v.mount();
     const BLOCK: usize = 4096;
     fn check(v: &TestVolume, name: &str, data: &[u8]) {
@@ -322,11 +324,8 @@ fn an_emulated_cache_device_answers_lone_and_concurrent_requests_intact() {
 #[test]
 fn file_store_write_back_survives_sigkill_after_fsync() {
     let mut v = TestVolume::new(2, "64K", "");
-    let ssd = v.root.path().join("ssd");
-    fs::create_dir(&ssd).unwrap();
-    add_file_cache(
+    let ssd = with_file_cache(
         &v,
-        &ssd,
         "size = \"8M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
     );
     v.mount();
@@ -433,11 +432,8 @@ fn stats_count_hits_misses_and_pass_through_apart() {
 #[test]
 fn a_punched_hole_leaves_only_its_range_of_the_cache_and_survives_a_crash() {
     let mut v = TestVolume::new(2, "64K", "");
-    let ssd = v.root.path().join("ssd");
-    fs::create_dir(&ssd).unwrap();
-    add_file_cache(
+    with_file_cache(
         &v,
-        &ssd,
         "size = \"8M\"\nmode = \"wb\"\n[cache.cleaner]\nstaleness = \"1h\"\n",
     );
     v.mount();
