@@ -148,6 +148,11 @@ impl Volume {
     /// Whether I/O of a file laid out so completes on the calling thread: every device it
     /// spans keeps its files in memory and is not emulated.
     pub fn completes_inline(&self, layout: &Layout) -> bool {
+        // Asked on every request: with every device in memory, no need to take the rings'
+        // lock to find those the layout spans.
+        if self.all_in_memory() {
+            return true;
+        }
         let rings = self.rings.read();
         (0..layout.width).all(|s| self.in_memory(rings.device_of_slot(layout, s)))
     }
@@ -191,7 +196,9 @@ impl Volume {
 
     /// Makes I/O of device `index` fail as `fault` says.
     pub fn inject(&self, index: usize, fault: Fault) {
-        self.set.dev(index).health.faults.write().push(fault);
+        let health = &self.set.dev(index).health;
+        health.faults.write().push(fault);
+        health.faulty.store(true, Relaxed);
     }
 
     /// Looks at every device: one whose directory vanished or holds another disk now is marked

@@ -23,6 +23,9 @@ pub(super) struct Health {
     /// (st_dev of the superblock, st_ino of `.stripefs`) at mount: others mean another disk.
     pub(super) identity: Option<(u64, u64)>,
     pub(super) faults: parking_lot::RwLock<Vec<Fault>>,
+    /// Some fault was injected: without one, I/O never takes `faults`' lock (a shared
+    /// lock is still a write to it, which bounces between the CPUs on every request).
+    pub(super) faulty: AtomicBool,
     pub(super) dice: AtomicU64,
 }
 
@@ -81,6 +84,7 @@ impl Device {
                 write_errors: AtomicU64::new(0),
                 identity: identity(&info.path),
                 faults: Default::default(),
+                faulty: AtomicBool::new(false),
                 dice: AtomicU64::new(0x9E37_79B9_7F4A_7C15 ^ info.index as u64),
             },
             ram_backed: ram_backed(&info.path),
@@ -177,6 +181,9 @@ impl DeviceSet {
         let h = &self.dev(dev).health;
         if h.failed.load(Relaxed) {
             return Err(self.io_err(dev, io::Error::from_raw_os_error(libc::EIO)));
+        }
+        if !h.faulty.load(Relaxed) {
+            return Ok(());
         }
         for f in h.faults.read().iter() {
             let kind = f.reads.is_none_or(|r| r != write);
