@@ -5,7 +5,6 @@ use crate::caching::Caching;
 use crate::error::{errno, Error, Result};
 use crate::janitor::Janitor;
 use crate::namespace::{Inode, Kind, Namespace, RenameHow, SetAttr};
-use dashmap::DashMap;
 use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +12,7 @@ use std::time::Instant;
 use stripe::{IoBuf, Layout, ReadTarget, Volume, WriteSource};
 
 mod cache_threads;
+mod io_locks;
 pub(crate) use cache_threads::this_is_a_ring_thread;
 mod open;
 mod ranges;
@@ -30,8 +30,7 @@ pub struct Engine {
     pub ns: Arc<Namespace>,
     /// The cache in front of the devices, if the config has one.
     pub caching: Option<Caching>,
-    /// Per-inode data lock: reads and writes share it, truncate and migrate take it alone.
-    io_locks: DashMap<u64, Arc<RwLock<()>>>,
+    io_locks: io_locks::IoLocks,
     /// Runs what must not wait on a completion thread.
     janitor: Janitor,
     /// Runs cache requests that may wait on the cache's devices (with a cache configured).
@@ -108,6 +107,15 @@ impl Caller {
 /// A file's data lock held shared until a request completes (on whichever thread).
 type DataGuard = parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>;
 
+/// A write to the devices, as its end needs it: the file's size before it and where it ends.
+#[derive(Clone, Copy)]
+struct DeviceWrite {
+    ino: u64,
+    end: u64,
+    old_size: u64,
+    layout: Layout,
+}
+
 /// Deleted bytes worth a commit at once on a device short of space.
 const RECLAIM_NOW: u64 = 1 << 20;
 
@@ -168,12 +176,9 @@ impl Engine {
         Ok(on)
     }
 
+    /// The data lock of `ino`: reads and writes share it, truncate and migrate take it alone.
     pub fn io_lock(&self, ino: u64) -> Arc<RwLock<()>> {
-        // Every read and write asks: look under the shard's shared lock first.
-        if let Some(lock) = self.io_locks.get(&ino) {
-            return lock.clone();
-        }
-        self.io_locks.entry(ino).or_default().clone()
+        self.io_locks.of(ino)
     }
 
     pub(crate) fn file(&self, ino: u64) -> Result<(Inode, Layout)> {
@@ -268,12 +273,13 @@ impl Engine {
                 done(into, r.map(|()| len).map_err(io_error))
             });
         }
-        let me = self.clone();
+        // Most reads change no access time: the namespace goes along only for one that may.
+        let atime = self.ns.atime_due(&inode).then(|| self.ns.clone());
         let object = inode.object;
         self.volume
             .read_async_into(object, &layout, offset, len, into, move |into, r| {
-                if r.is_ok() {
-                    me.ns.note_read_of(&inode);
+                if let (Ok(()), Some(ns)) = (&r, atime) {
+                    ns.note_read_of(&inode);
                 }
                 drop(shared);
                 done(into, r.map(|()| len).map_err(Error::from))
@@ -461,23 +467,11 @@ impl Engine {
                 done(now)
             });
         }
-        // The new size is recorded under the file's data lock, so no truncate or migrate
-        // comes between the data and its size; a failed write is trimmed without it.
-        let me = self.clone();
-        let finish = move |r: Result<()>, shared: DataGuard| match r {
-            Ok(()) => {
-                let now = me.ns.note_write(ino, end);
-                drop(shared);
-                done(now)
-            }
-            Err(e) if end > inode.size => {
-                drop(shared);
-                me.trim_after_failed_write(ino, layout, move || done(Err(e)))
-            }
-            Err(e) => {
-                drop(shared);
-                done(Err(e))
-            }
+        let write = DeviceWrite {
+            ino,
+            end,
+            old_size: inode.size,
+            layout,
         };
         // Written on this thread either way (RAM-backed devices, or an idle engine): no copy,
         // unless O_DIRECT device I/O needs a page-aligned buffer that the request's data is
@@ -486,9 +480,12 @@ impl Engine {
             || (self.volume.idle() && !self.config.volume.direct_device_io);
         if on_this_thread {
             let r = self.volume.write(inode.object, &layout, offset, data);
-            return finish(r.map_err(Error::from), shared);
+            return self.device_write_ended(write, r.map_err(Error::from), shared, done);
         }
-        let done = move |r: stripe::Result<()>| finish(r.map_err(Error::from), shared);
+        let me = self.clone();
+        let done = move |r: stripe::Result<()>| {
+            me.device_write_ended(write, r.map_err(Error::from), shared, done)
+        };
         match kept {
             Some(kept) if std::ptr::eq(kept.source(), data) => {
                 self.volume
@@ -497,6 +494,38 @@ impl Engine {
             _ => self
                 .volume
                 .write_async(inode.object, &layout, offset, IoBuf::copy_of(data), done),
+        }
+    }
+
+    /// The new size is recorded under the file's data lock, so no truncate or migrate comes
+    /// between the data and its size; a failed write is trimmed without it.
+    fn device_write_ended(
+        self: &Arc<Self>,
+        write: DeviceWrite,
+        r: Result<()>,
+        shared: DataGuard,
+        done: impl FnOnce(Result<Inode>) + Send + 'static,
+    ) {
+        let DeviceWrite {
+            ino,
+            end,
+            old_size,
+            layout,
+        } = write;
+        match r {
+            Ok(()) => {
+                let now = self.ns.note_write(ino, end);
+                drop(shared);
+                done(now)
+            }
+            Err(e) if end > old_size => {
+                drop(shared);
+                self.trim_after_failed_write(ino, layout, move || done(Err(e)))
+            }
+            Err(e) => {
+                drop(shared);
+                done(Err(e))
+            }
         }
     }
 

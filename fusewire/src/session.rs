@@ -333,7 +333,15 @@ impl<F: Filesystem> Session<F> {
                     log::warn!("FUSE_DEV_IOC_CLONE: {e}; the worker shares the descriptor");
                     self.fd.clone()
                 }
-                None => self.fd.clone(),
+                // Its own handle on the same descriptor: every reply holds one, and a count
+                // all workers shared would be written from every CPU on every request.
+                None => match self.fd.try_clone() {
+                    Ok(fd) => Arc::new(fd),
+                    Err(e) => {
+                        log::warn!("dup of /dev/fuse: {e}; the worker shares the session's");
+                        self.fd.clone()
+                    }
+                },
             };
             let shared = self.shared.clone();
             let size = buf.len();

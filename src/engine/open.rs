@@ -6,7 +6,6 @@ use crate::caching::{mount_without_cache_file, CacheReset, Caching};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::namespace::{Inode, Kind, Namespace};
-use dashmap::DashMap;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -474,7 +473,7 @@ impl Engine {
             config,
             volume,
             ns,
-            io_locks: DashMap::new(),
+            io_locks: Default::default(),
             janitor: Janitor::start("stripefs-janitor")
                 .map_err(|e| Error::Usage(format!("cannot start the janitor thread: {e}")))?,
             admin: Janitor::start("stripefs-admin")

@@ -143,16 +143,17 @@ impl StripeFs {
         // O_SYNC/O_DSYNC (and `-o sync`): durable before the reply. The kernel asks for an
         // fsync after buffered writes itself, not after direct I/O.
         let durable = self.engine.config.mount.sync || flags as i32 & libc::O_DSYNC != 0;
-        let engine = self.engine.clone();
+        // Taken only when needed: every clone is a write to the count both CPUs share.
+        let syncer = durable.then(|| self.engine.clone());
         let kept = kept.map(|k| Box::new(k) as Box<dyn WriteSource>);
         self.engine
-            .write(*c, ino, offset, data, kept, move |r| match r {
-                Ok(_) if durable => engine.fsync_then(ino, move |r| match r {
+            .write(*c, ino, offset, data, kept, move |r| match (r, syncer) {
+                (Ok(_), Some(engine)) => engine.fsync_then(ino, move |r| match r {
                     Ok(()) => reply.write(len),
                     Err(e) => reply.error(e.errno()),
                 }),
-                Ok(_) => reply.write(len),
-                Err(e) => reply.error(e.errno()),
+                (Ok(_), None) => reply.write(len),
+                (Err(e), _) => reply.error(e.errno()),
             });
     }
 

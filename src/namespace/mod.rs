@@ -304,7 +304,7 @@ pub struct Namespace {
     path: PathBuf,
     uuid: Uuid,
     state: RwLock<State>,
-    policy: RwLock<Policy>,
+    policy: PolicyCell,
 }
 
 /// How the mount wants times and durability (mount(8)'s atime and sync options).
@@ -314,6 +314,41 @@ pub struct Policy {
     pub nodiratime: bool,
     /// Every change durable when it returns (`sync`, `dirsync`).
     pub durable_changes: bool,
+}
+
+/// The mount's policy, read on every file read without a lock: a shared lock is still a
+/// write to it, which every CPU would make on every read.
+#[derive(Default)]
+struct PolicyCell(std::sync::atomic::AtomicU8);
+
+impl PolicyCell {
+    const NODIRATIME: u8 = 1 << 2;
+    const DURABLE: u8 = 1 << 3;
+
+    fn get(&self) -> Policy {
+        let bits = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        Policy {
+            atime: match bits & 3 {
+                1 => mountcfg::Atime::Strict,
+                2 => mountcfg::Atime::Never,
+                _ => mountcfg::Atime::Relatime,
+            },
+            nodiratime: bits & Self::NODIRATIME != 0,
+            durable_changes: bits & Self::DURABLE != 0,
+        }
+    }
+
+    fn set(&self, p: Policy) {
+        let atime = match p.atime {
+            mountcfg::Atime::Relatime => 0,
+            mountcfg::Atime::Strict => 1,
+            mountcfg::Atime::Never => 2,
+        };
+        let bits = atime
+            | if p.nodiratime { Self::NODIRATIME } else { 0 }
+            | if p.durable_changes { Self::DURABLE } else { 0 };
+        self.0.store(bits, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// relatime also updates an access time this old.
@@ -345,7 +380,7 @@ impl Namespace {
     }
 
     pub fn set_policy(&self, policy: Policy) {
-        *self.policy.write() = policy;
+        self.policy.set(policy);
     }
 
     /// Object ids are never reused: after a crash, ids handed out by lost transactions may
@@ -469,27 +504,29 @@ impl Namespace {
     /// As `note_read`, for an inode the reader looked up already (`seen`): most reads change
     /// nothing, and that is told from it without another lookup.
     pub fn note_read_of(&self, seen: &Inode) {
-        let ino = seen.ino;
-        let policy = *self.policy.read();
-        let now = Time::now();
-        let stale = |i: &Inode| match policy.atime {
+        if !self.atime_due(seen) {
+            return;
+        }
+        let mut st = self.state.write();
+        if let Some(i) = st.inodes.get_mut(&seen.ino) {
+            if self.atime_due(i) {
+                i.atime = Time::now();
+                st.dirty.insert(seen.ino);
+            }
+        }
+    }
+
+    /// Whether a read of `i` now changes its access time, as the mount's atime policy says.
+    pub fn atime_due(&self, i: &Inode) -> bool {
+        let policy = self.policy.get();
+        match policy.atime {
             _ if i.kind == Kind::Dir && policy.nodiratime => false,
             mountcfg::Atime::Never => false,
             mountcfg::Atime::Strict => true,
             mountcfg::Atime::Relatime => {
                 i.atime <= i.mtime
                     || i.atime <= i.ctime
-                    || now.secs - i.atime.secs >= RELATIME_MAX_AGE
-            }
-        };
-        if !stale(seen) {
-            return;
-        }
-        let mut st = self.state.write();
-        if let Some(i) = st.inodes.get_mut(&ino) {
-            if stale(i) {
-                i.atime = now;
-                st.dirty.insert(ino);
+                    || Time::now().secs - i.atime.secs >= RELATIME_MAX_AGE
             }
         }
     }

@@ -251,7 +251,7 @@ impl Namespace {
             reserve,
             uuid,
             state: RwLock::new(st),
-            policy: RwLock::new(Policy::default()),
+            policy: Default::default(),
         }
     }
 
@@ -368,7 +368,7 @@ impl Namespace {
         match (written, out) {
             (Ok(()), Some(out)) => {
                 st.changed_since_sync = true;
-                if self.policy.read().durable_changes || st.unsynced.xattr_bytes() > UNSYNCED_MAX {
+                if self.policy.get().durable_changes || st.unsynced.xattr_bytes() > UNSYNCED_MAX {
                     self.make_durable(&mut st)?;
                 }
                 Ok(out)
@@ -379,7 +379,7 @@ impl Namespace {
             // a write that fails in the page cache is reported by fsync.
             // Under `sync`/`dirsync` every change is acknowledged durable: not this one.
             (Err(e), Some(out)) => match self.recover(&mut st, e) {
-                Err(e) if self.policy.read().durable_changes => Err(e),
+                Err(e) if self.policy.get().durable_changes => Err(e),
                 _ => Ok(out),
             },
             (Err(e), None) => Err(e),

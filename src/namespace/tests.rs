@@ -423,3 +423,30 @@ fn a_file_knows_its_current_names() {
     assert!(ns.names_of(f).is_empty());
     assert_eq!(ns.folders_above(b), [b, ROOT]);
 }
+
+#[test]
+fn the_mount_policy_reads_back_as_set() {
+    let cell = super::PolicyCell::default();
+    assert!(matches!(cell.get().atime, mountcfg::Atime::Relatime));
+    for atime in [
+        mountcfg::Atime::Relatime,
+        mountcfg::Atime::Strict,
+        mountcfg::Atime::Never,
+    ] {
+        for nodiratime in [false, true] {
+            for durable_changes in [false, true] {
+                let p = Policy {
+                    atime,
+                    nodiratime,
+                    durable_changes,
+                };
+                cell.set(p);
+                let back = cell.get();
+                assert_eq!(
+                    (back.atime, back.nodiratime, back.durable_changes),
+                    (atime, nodiratime, durable_changes)
+                );
+            }
+        }
+    }
+}

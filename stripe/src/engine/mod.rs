@@ -82,9 +82,9 @@ pub(crate) struct DevOp {
     pub device: usize,
     pub write: bool,
     pub fd: Arc<File>,
-    /// What a short transfer's remainder uses: the buffered twin of an O_DIRECT file, whose
-    /// alignment the remainder no longer has.
-    pub retry_fd: Arc<File>,
+    /// What a short transfer's remainder uses when `fd` is O_DIRECT: its buffered twin, as
+    /// the remainder no longer has the alignment.
+    pub retry_fd: Option<Arc<File>>,
     pub offset: u64,
     pub iov: Vec<libc::iovec>,
     /// Run on the submitting thread: buffered I/O of a RAM-backed device is a memory copy
@@ -153,7 +153,9 @@ impl DevOp {
         if self.iov.is_empty() {
             return Step::Done(self, Ok(()));
         }
-        self.fd = self.retry_fd.clone();
+        if let Some(buffered) = self.retry_fd.take() {
+            self.fd = buffered;
+        }
         Step::Again(self)
     }
 

@@ -106,9 +106,10 @@ impl Volume {
             }
             return Ok(None);
         };
-        let fd = self
-            .direct_twin(objs, dev, ino, io, base)
-            .unwrap_or_else(|| file.clone());
+        let (fd, retry_fd) = match self.direct_twin(objs, dev, ino, io, base) {
+            Some(direct) => (direct, Some(file)),
+            None => (file, None),
+        };
         let iov = io
             .segments
             .iter()
@@ -144,7 +145,7 @@ impl Volume {
             device: dev,
             write,
             fd,
-            retry_fd: file,
+            retry_fd,
             offset: io.obj_offset,
             iov,
             inline: self.set.dev(dev).ram_backed,
