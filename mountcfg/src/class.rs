@@ -4,6 +4,8 @@
 //! (`stripefs class add`), which reports the same messages without a file and line.
 
 use super::*;
+use crate::cache::mode_value;
+use crate::values::*;
 
 /// The most IO classes a volume has (Open CAS has 33 IO classes, the unclassified one
 /// included).

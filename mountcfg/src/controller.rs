@@ -3,6 +3,8 @@
 //! stripe crate).
 
 use super::*;
+use crate::values::*;
+use crate::volume::{device_selection, DeviceSel};
 
 /// Cards a volume can be put behind.
 pub const CONTROLLER_PROFILES: &[&str] = &["lsi-9260-8i", "custom"];
