@@ -379,6 +379,7 @@ fn serve(
         ..u
     });
     let pinned = uring.as_ref().is_some_and(|u| u.pinned);
+    let dev_ring = fuse_config.dev_ring;
     fuse_config.uring = uring;
     let kernel = fs.kernel.clone();
     let interval = m.commit_interval;
@@ -519,7 +520,19 @@ fn serve(
                 _ => "",
             };
             log::info!("FUSE transport {}{threads}", info.transport());
-            let _ = engine.transport.set((info.transport().into(), why));
+            if !info.uring {
+                let wait = if dev_ring {
+                    "on rings of their own"
+                } else {
+                    "in read(2)"
+                };
+                log::info!("/dev/fuse workers wait for requests {wait} (dev_wait)");
+            }
+            let _ = engine.transport.set(crate::engine::Transport {
+                name: info.transport().into(),
+                why_not_uring: why,
+                dev_ring_workers: (!info.uring).then(|| session.dev_ring_workers()),
+            });
         }
         None => log::warn!("no FUSE INIT within 30 s"),
     }

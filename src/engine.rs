@@ -48,11 +48,20 @@ pub struct Engine {
     pub(crate) read_only: std::sync::atomic::AtomicBool,
     started: Instant,
     pub mountpoint: PathBuf,
-    /// The FUSE transport INIT settled ("io_uring" or "/dev/fuse"), and why not io_uring
-    /// where it was wanted: for `status`.
-    pub transport: std::sync::OnceLock<(String, Option<String>)>,
+    /// The FUSE transport INIT settled: for `status`.
+    pub transport: std::sync::OnceLock<Transport>,
     /// The rebalance running in the daemon, if any, and how far it got.
     pub rebalancer: crate::volume_life::Rebalancer,
+}
+
+/// The FUSE transport INIT settled.
+pub struct Transport {
+    /// "io_uring" or "/dev/fuse".
+    pub name: String,
+    /// Why not io_uring, where it was wanted.
+    pub why_not_uring: Option<String>,
+    /// Over /dev/fuse: its workers waiting on rings of their own now (`[mount] dev_wait`).
+    pub dev_ring_workers: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 /// Where a data request runs: on the thread that took it from the transport, which must not

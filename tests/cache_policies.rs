@@ -19,14 +19,7 @@ fn counters(v: &TestVolume) -> serde_json::Value {
 
 /// Reads `len` bytes at `offset` with O_DIRECT, so every request reaches the daemon.
 fn direct_read(f: &File, offset: u64, len: usize) {
-    let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
-    // SAFETY: allocated with a non-zero size, freed below with the same layout.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: `ptr` holds `len` initialised bytes until it is freed.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-    f.read_exact_at(buf, offset).unwrap();
-    // SAFETY: allocated above with this layout.
-    unsafe { std::alloc::dealloc(ptr, layout) };
+    f.read_exact_at(Aligned::new(len).buf(), offset).unwrap();
 }
 
 fn volume(policies: &str) -> TestVolume {

@@ -318,34 +318,6 @@ fn other_users_are_checked_and_controls_need_ownership() {
     stripefs_ok(&["mode", v.mnt_str(), "wa"]);
 }
 
-/// A 4K-aligned buffer, as O_DIRECT wants.
-struct Aligned {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
-        // SAFETY: non-zero size; freed in Drop with the same layout.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Aligned { ptr, layout }
-    }
-
-    fn buf(&mut self) -> &mut [u8] {
-        // SAFETY: `layout.size()` initialised bytes, borrowed through `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
-    }
-}
-
 /// The byte a file of this test holds at `offset` (never zero, so a hole tells).
 fn busy_byte(offset: u64) -> u8 {
     (offset / 4096 % 251 + 1) as u8

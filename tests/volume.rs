@@ -915,3 +915,77 @@ fn a_cached_volume_takes_io_uring_where_allowed() {
     assert_eq!(s["options"]["transport"], expected, "{s}");
     v.umount();
 }
+
+/// Over /dev/fuse, `dev_wait` decides how the workers wait for requests: on rings of their
+/// own (the device I/O of their requests completes there) or in read(2). Both serve
+/// concurrent O_DIRECT I/O, and a truncate under it (which goes to the offload thread while a
+/// worker has I/O of its own in flight), with every byte where it belongs, and unmount.
+#[test]
+fn dev_fuse_workers_wait_on_rings_or_in_read_as_configured() {
+    for (wait, on_rings) in [("ring", 2), ("read", 0)] {
+        let extra =
+            format!("device_io = \"direct\"\n[mount]\ndev_wait = \"{wait}\"\nthreads = 2\n");
+        let mut v = TestVolume::new(2, "64K", &extra);
+        let out = run_with_timeout(
+            Command::new(BIN)
+                .args(["mount", v.cfg(), v.mnt_str()])
+                .env("STRIPEFS_TRANSPORT", "dev"),
+            std::time::Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+        v.umount_on_drop();
+        // The workers count themselves in as they start serving.
+        let since = std::time::Instant::now();
+        let workers = loop {
+            let s: serde_json::Value =
+                serde_json::from_str(&stripefs_ok(&["status", v.mnt_str(), "--json"])).unwrap();
+            let n = s["options"]["dev_ring_workers"].as_u64();
+            if n == Some(on_rings) || since.elapsed() > std::time::Duration::from_secs(10) {
+                break n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert_eq!(workers, Some(on_rings), "dev_wait = {wait}");
+
+        let writers: Vec<_> = (0..6u8)
+            .map(|k| {
+                let path = v.path(&format!("f{k}"));
+                std::thread::spawn(move || {
+                    let f = OpenOptions::new()
+                        .create(true)
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(&path)
+                        .unwrap();
+                    let mut block = Aligned::new(65536);
+                    for i in 0..32u64 {
+                        block.buf().fill(k.wrapping_mul(31).wrapping_add(i as u8));
+                        f.write_all_at(block.buf(), i * 65536).unwrap();
+                    }
+                    for i in 0..32u64 {
+                        f.read_exact_at(block.buf(), i * 65536).unwrap();
+                        let want = k.wrapping_mul(31).wrapping_add(i as u8);
+                        assert!(block.buf().iter().all(|&b| b == want), "f{k} block {i}");
+                    }
+                })
+            })
+            .collect();
+        // A truncate of a file under I/O: a worker with I/O of its own in flight hands it off.
+        let busy = v.path("f0");
+        let cutter = std::thread::spawn(move || {
+            for _ in 0..20 {
+                if let Ok(f) = OpenOptions::new().write(true).open(&busy) {
+                    let _ = f.set_len(32 * 65536);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        cutter.join().unwrap();
+        v.umount();
+        v.assert_fsck_clean(&format!("after dev_wait = {wait}"));
+    }
+}

@@ -5,6 +5,7 @@
 //! completed on any thread), and runs the transports that carry them.
 
 pub mod abi;
+mod dev_ring;
 pub mod mount;
 mod payload;
 pub mod reply;

@@ -4,6 +4,7 @@
 //! The session ends when the kernel says the connection is gone (ENODEV: unmounted).
 
 use crate::abi::{self, *};
+use crate::dev_ring;
 use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
 use crate::request::{self, Operation, Proto, ReadInto, Request};
@@ -12,7 +13,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -24,17 +25,19 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Every request that takes a reply (all but FORGET, BATCH_FORGET, INTERRUPT, INIT,
     /// DESTROY). Data in `req` borrows the transport's buffer: copy what must outlive the call.
     fn request(&self, req: Request<'_>, reply: Reply);
-    /// A request that came over io_uring, on its ring thread: `ring` queues device I/O on the
-    /// same io_uring (its completions come to `ring_completion` on this thread). Unlike over
-    /// /dev/fuse, a WRITE's `data` lies in the ring entry's payload and stays there unchanged
-    /// until the request is answered, so a device write may point at it (no copy). By default
-    /// the same as [`Filesystem::request`].
+    /// A request taken by a thread that waits on an io_uring of its own (a FUSE-over-io_uring
+    /// ring thread, or a /dev/fuse worker with `dev_ring`: [`RingCtx::reads_dev_fuse`]): `ring`
+    /// queues device I/O on that io_uring (its completions come to `ring_completion` on this
+    /// thread). Over io_uring a WRITE's `data` lies in the ring entry's payload and stays there
+    /// unchanged until the request is answered, so a device write may point at it (no copy);
+    /// over /dev/fuse only while the request holds its buffer (`Payload`). By default the same
+    /// as [`Filesystem::request`].
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &RingCtx<'_>) {
         let _ = ring;
         self.request(req, reply)
     }
-    /// Whether `req`, which came over io_uring, may run on its ring thread now. `false` hands
-    /// it to the session's offload thread: for a request that could wait for something only
+    /// Whether `req`, taken by a thread that waits on its own io_uring, may run there now.
+    /// `false` hands it to the session's offload thread: for a request that could wait for something only
     /// this ring thread's own completions release (see [`RingCtx::own_in_flight`]). By
     /// default: yes.
     fn runs_on_ring(&self, _req: &Request<'_>, _ring: &RingCtx<'_>) -> bool {
@@ -67,6 +70,10 @@ pub struct Config {
     pub threads: usize,
     /// Each worker reads its own descriptor (FUSE_DEV_IOC_CLONE): no shared wait queue.
     pub clone_fd: bool,
+    /// Each /dev/fuse worker waits on an io_uring of its own, which the filesystem's device
+    /// I/O completes on, rather than in read(2) (see `dev_ring`). Where a ring cannot be set
+    /// up, the worker reads as usual ([`Running::dev_ring_workers`] counts those that do not).
+    pub dev_ring: bool,
     /// Ask for FUSE over io_uring with these queues (used only where the kernel offers it).
     pub uring: Option<UringConfig>,
 }
@@ -88,6 +95,7 @@ impl Default for Config {
                 | FUSE_INIT_EXT,
             threads: 2,
             clone_fd: false,
+            dev_ring: false,
             uring: None,
         }
     }
@@ -129,6 +137,8 @@ pub(crate) struct Shared<F> {
     pub fs: F,
     pub proto: OnceLock<Proto>,
     destroyed: AtomicBool,
+    /// /dev/fuse workers waiting on rings of their own (`dev_ring`).
+    pub dev_ring_workers: Arc<AtomicUsize>,
 }
 
 impl<F: Filesystem> Shared<F> {
@@ -199,9 +209,15 @@ pub struct Session<F> {
 pub struct Running {
     info: Arc<OnceLock<InitInfo>>,
     thread: JoinHandle<io::Result<()>>,
+    dev_ring_workers: Arc<AtomicUsize>,
 }
 
 impl Running {
+    /// /dev/fuse workers waiting on rings of their own now (`Config::dev_ring`).
+    pub fn dev_ring_workers(&self) -> Arc<AtomicUsize> {
+        self.dev_ring_workers.clone()
+    }
+
     /// INIT's outcome, once negotiated (None before).
     pub fn info(&self) -> Option<&InitInfo> {
         self.info.get()
@@ -236,24 +252,46 @@ fn buffer_size(max_write: u32) -> usize {
     (max_write as usize + 64 * 1024).max(abi::MIN_READ_BUFFER)
 }
 
-/// Reads one message; Ok(None) when the connection is gone.
-fn read_request(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+/// What one read of /dev/fuse gave.
+pub(crate) enum Read {
+    /// A message of this many bytes.
+    Message(usize),
+    /// Nothing now (a non-blocking descriptor).
+    Nothing,
+    /// The connection is gone.
+    Gone,
+}
+
+/// Reads one message; on a non-blocking descriptor, `Nothing` when none waits.
+pub(crate) fn read_message(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Read> {
     loop {
         // SAFETY: reads into a buffer we own, within its length.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            return Ok(Some(n as usize));
+            return Ok(Read::Message(n as usize));
         }
         if n == 0 {
             // /dev/fuse never reads 0 bytes; anything else that does has hung up.
-            return Ok(None);
+            return Ok(Read::Gone);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
+            Some(libc::EAGAIN) => return Ok(Read::Nothing),
             // Interrupted, or the request was answered/aborted before we read it.
-            Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::ENOENT) => continue,
-            Some(libc::ENODEV) | Some(libc::ECONNABORTED) => return Ok(None),
+            Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+            Some(libc::ENODEV) | Some(libc::ECONNABORTED) => return Ok(Read::Gone),
             _ => return Err(e),
+        }
+    }
+}
+
+/// Reads one message, waiting for it; Ok(None) when the connection is gone.
+fn read_request(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        match read_message(fd, buf)? {
+            Read::Message(n) => return Ok(Some(n)),
+            Read::Nothing => continue,
+            Read::Gone => return Ok(None),
         }
     }
 }
@@ -267,6 +305,7 @@ impl<F: Filesystem> Session<F> {
                 fs,
                 proto: OnceLock::new(),
                 destroyed: AtomicBool::new(false),
+                dev_ring_workers: Arc::default(),
             }),
             config,
             info: Arc::new(OnceLock::new()),
@@ -282,11 +321,16 @@ impl<F: Filesystem> Session<F> {
 
     /// Serves on background threads.
     pub fn spawn(self) -> io::Result<Running> {
+        let dev_ring_workers = self.shared.dev_ring_workers.clone();
         let info = self.info.clone();
         let thread = std::thread::Builder::new()
             .name("fuse-session".into())
             .spawn(move || self.run())?;
-        Ok(Running { info, thread })
+        Ok(Running {
+            info,
+            thread,
+            dev_ring_workers,
+        })
     }
 
     /// Negotiates INIT, then serves until the connection goes away.
@@ -323,44 +367,48 @@ impl<F: Filesystem> Session<F> {
             }
         }
         let _ = self.info.set(info);
+        // Requests a worker waiting on its own ring must not run (`Filesystem::runs_on_ring`)
+        // go to an offload thread, as over io_uring.
+        let offload = match (self.config.dev_ring && ring.is_none()).then(uring::start_offload) {
+            Some(Ok(o)) => Some(o),
+            Some(Err(e)) => {
+                log::warn!("fuse offload thread: {e}; the workers wait in read(2)");
+                None
+            }
+            None => None,
+        };
         let mut workers = Vec::new();
+        let clone = self.config.clone_fd;
         for i in 1..self.config.threads.max(1) {
-            // A worker that cannot have its own descriptor shares the session's: failing here
-            // would leave the workers already started serving a session that returned.
-            let fd = match self.config.clone_fd.then(|| clone_fd(&self.fd)) {
-                Some(Ok(fd)) => Arc::new(fd),
-                Some(Err(e)) => {
-                    log::warn!("FUSE_DEV_IOC_CLONE: {e}; the worker shares the descriptor");
-                    self.fd.clone()
-                }
-                // Its own handle on the same descriptor: every reply holds one, and a count
-                // all workers shared would be written from every CPU on every request.
-                None => match self.fd.try_clone() {
-                    Ok(fd) => Arc::new(fd),
-                    Err(e) => {
-                        log::warn!("dup of /dev/fuse: {e}; the worker shares the session's");
-                        self.fd.clone()
-                    }
-                },
-            };
-            let shared = self.shared.clone();
+            let (session, shared) = (self.fd.clone(), self.shared.clone());
+            let offload = offload.as_ref().map(|o| o.0.clone());
             let size = buf.len();
             let spawned = std::thread::Builder::new()
                 .name(format!("fuse-dev-{i}"))
-                .spawn(move || serve(&fd, &shared, size));
+                .spawn(move || {
+                    let own = || worker_fd(&session, clone);
+                    work(i, &session, own, &shared, size, offload.as_ref())
+                });
             match spawned {
                 Ok(w) => workers.push(w),
                 Err(e) => log::warn!("fuse worker {i}: {e}; serving with fewer"),
             }
         }
-        let mut result = serve(&self.fd, &self.shared, buf.len());
+        let session = || self.fd.clone();
+        let offload_tx = offload.as_ref().map(|o| &o.0);
+        let mut result = work(0, &self.fd, session, &self.shared, buf.len(), offload_tx);
+        // Every worker is waited for (and the offload thread after them) before DESTROY.
         for w in workers {
             let r = w
                 .join()
-                .map_err(|_| io::Error::other("fuse worker panicked"))?;
+                .unwrap_or_else(|_| Err(io::Error::other("fuse worker panicked")));
             if result.is_ok() {
                 result = r;
             }
+        }
+        if let Some((tx, thread)) = offload {
+            drop(tx);
+            let _ = thread.join();
         }
         if let Some(r) = ring {
             r.stop();
@@ -474,9 +522,14 @@ impl<F: Filesystem> Session<F> {
 }
 
 /// Opens a new /dev/fuse descriptor attached to `fd`'s connection.
-fn clone_fd(fd: &OwnedFd) -> io::Result<OwnedFd> {
+fn clone_fd(fd: &OwnedFd, flags: i32) -> io::Result<OwnedFd> {
     // SAFETY: open(2) with a valid C string; the descriptor is owned at once.
-    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    let raw = unsafe {
+        libc::open(
+            c"/dev/fuse".as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | flags,
+        )
+    };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -490,39 +543,102 @@ fn clone_fd(fd: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(new)
 }
 
+/// Room for the next message in `buf`; a buffer the filesystem still shares (a WRITE's data
+/// it kept) is left to it.
+pub(crate) fn free_space(buf: &mut Arc<MsgBuf>, size: usize) -> &mut [u8] {
+    if Arc::get_mut(buf).is_none() {
+        *buf = Arc::new(MsgBuf::new(size));
+    }
+    Arc::get_mut(buf).expect("a buffer nobody shares").space()
+}
+
+/// A worker's descriptor for reading /dev/fuse: its own clone (`clone_fd`), else a dup of
+/// the session's, else the session's itself (failing would leave the workers already started
+/// serving a session that returned).
+fn worker_fd(session: &Arc<OwnedFd>, clone: bool) -> Arc<OwnedFd> {
+    match clone.then(|| clone_fd(session, 0)) {
+        Some(Ok(fd)) => Arc::new(fd),
+        Some(Err(e)) => {
+            log::warn!("FUSE_DEV_IOC_CLONE: {e}; the worker shares the descriptor");
+            session.clone()
+        }
+        // Its own handle on the same descriptor: every reply holds one, and a count all
+        // workers shared would be written from every CPU on every request.
+        None => match session.try_clone() {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => {
+                log::warn!("dup of /dev/fuse: {e}; the worker shares the session's");
+                session.clone()
+            }
+        },
+    }
+}
+
+/// /dev/fuse worker `i`: on a ring of its own when `offload` is given and one can be set up
+/// (`dev_ring`), else reading the descriptor `fd` makes.
+fn work<F: Filesystem>(
+    i: usize,
+    session: &OwnedFd,
+    fd: impl FnOnce() -> Arc<OwnedFd>,
+    shared: &Arc<Shared<F>>,
+    size: usize,
+    offload: Option<&std::sync::mpsc::Sender<uring::Job>>,
+) -> io::Result<()> {
+    if let Some(offload) = offload {
+        // Its own non-blocking descriptor: the ring polls it, and a read finds nothing
+        // rather than waits when another worker took the request.
+        let worker = clone_fd(session, libc::O_NONBLOCK)
+            .and_then(|own| dev_ring::Worker::new(i, Arc::new(own)));
+        match worker {
+            Ok(w) => return w.serve(shared, size, offload),
+            Err(e) => log::warn!("fuse worker {i}: no ring of its own ({e}); it reads /dev/fuse"),
+        }
+    }
+    serve(&fd(), shared, size)
+}
+
 /// One /dev/fuse worker: read, decode, dispatch, until the connection goes away.
-fn serve<F: Filesystem>(fd: &Arc<OwnedFd>, shared: &Shared<F>, size: usize) -> io::Result<()> {
+pub(crate) fn serve<F: Filesystem>(
+    fd: &Arc<OwnedFd>,
+    shared: &Shared<F>,
+    size: usize,
+) -> io::Result<()> {
     let mut buf = Arc::new(MsgBuf::new(size));
     let proto = shared.proto.get().copied().unwrap_or_default();
     loop {
-        // A buffer the filesystem still shares (a WRITE's data it kept) is left to it.
-        let space = match Arc::get_mut(&mut buf) {
-            Some(b) => b.space(),
-            None => {
-                buf = Arc::new(MsgBuf::new(size));
-                Arc::get_mut(&mut buf).expect("a new buffer").space()
-            }
-        };
-        let Some(n) = read_request(fd, space)? else {
+        let Some(n) = read_request(fd, free_space(&mut buf, size))? else {
             return Ok(());
         };
-        let msg = buf.message(n);
-        match request::parse(msg, &proto) {
-            Ok(mut req) => {
-                req.read_into = ReadInto(Some(&buf));
-                let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
-                shared.dispatch(req, reply, None);
-            }
-            Err(e) => {
-                log::warn!("undecodable request: {e}");
-                if let Some(h) = abi::read::<fuse_in_header>(msg) {
-                    let no_reply =
-                        matches!(h.opcode, FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT);
-                    if !no_reply {
-                        let _ = DevSink::new(fd.clone()).write(h.unique, -libc::EIO, &[]);
-                    }
+        if let Some(req) = decode_message(fd, &buf, n, &proto) {
+            let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
+            shared.dispatch(req, reply, None);
+        }
+    }
+}
+
+/// Decodes the message of `n` bytes read from `fd` into `buf`; one that does not decode is
+/// answered EIO here (unless it wants no answer).
+pub(crate) fn decode_message<'b>(
+    fd: &Arc<OwnedFd>,
+    buf: &'b Arc<MsgBuf>,
+    n: usize,
+    proto: &Proto,
+) -> Option<Request<'b>> {
+    let msg = buf.message(n);
+    match request::parse(msg, proto) {
+        Ok(mut req) => {
+            req.read_into = ReadInto(Some(buf));
+            Some(req)
+        }
+        Err(e) => {
+            log::warn!("undecodable request: {e}");
+            if let Some(h) = abi::read::<fuse_in_header>(msg) {
+                let no_reply = matches!(h.opcode, FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT);
+                if !no_reply {
+                    let _ = DevSink::new(fd.clone()).write(h.unique, -libc::EIO, &[]);
                 }
             }
+            None
         }
     }
 }

@@ -248,7 +248,7 @@ impl ReplySink for UringSink {
 }
 
 /// A request a ring thread hands to the offload thread.
-type Job = Box<dyn FnOnce() + Send>;
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 /// The running ring threads, and the thread that runs requests they must not
 /// ([`Filesystem::runs_on_ring`]).
@@ -276,11 +276,12 @@ impl Rings {
     }
 }
 
-/// Starts the offload thread: it runs the jobs sent until every sender is gone.
-fn start_offload() -> io::Result<(mpsc::Sender<Job>, JoinHandle<()>)> {
+/// Starts the offload thread (of the ring threads, or of the /dev/fuse workers on rings): it
+/// runs the jobs sent until every sender is gone.
+pub(crate) fn start_offload() -> io::Result<(mpsc::Sender<Job>, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel::<Job>();
     let thread = std::thread::Builder::new()
-        .name("fuse-ring-offload".into())
+        .name("fuse-offload".into())
         .spawn(move || {
             for job in rx {
                 job();
@@ -292,9 +293,9 @@ fn start_offload() -> io::Result<(mpsc::Sender<Job>, JoinHandle<()>)> {
 /// user_data of the eventfd poll.
 const WAKE: u64 = u64::MAX;
 /// user_data bit of the filesystem's own SQEs (see [`RingCtx`]).
-const FS_BIT: u64 = 1 << 63;
+pub(crate) const FS_BIT: u64 = 1 << 63;
 
-type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
+pub(crate) type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
 
 /// Queues an SQE; only the ring thread does, so no other queue borrow is alive. A full
 /// submission queue is submitted; completions the kernel holds back meanwhile (a full
@@ -339,9 +340,34 @@ pub struct RingCtx<'a> {
     reaped: std::cell::RefCell<Vec<(u64, i32)>>,
     /// The filesystem's SQEs not completed yet.
     own_in_flight: std::cell::Cell<usize>,
+    reads_dev: bool,
 }
 
-impl RingCtx<'_> {
+impl<'a> RingCtx<'a> {
+    /// The context of the thread that owns `uring`; `reads_dev` when that thread takes its
+    /// requests from /dev/fuse (`dev_ring`), not from the ring.
+    pub(crate) fn new(uring: &'a Uring, thread: usize, reads_dev: bool) -> RingCtx<'a> {
+        RingCtx {
+            uring,
+            thread,
+            reads_dev,
+            unhandled: std::cell::Cell::new(0),
+            reaped: std::cell::RefCell::new(Vec::new()),
+            own_in_flight: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Completions taken off the ring and not handled yet, for [`RingCtx::others_waiting`].
+    pub(crate) fn set_unhandled(&self, n: usize) {
+        self.unhandled.set(n);
+    }
+
+    /// This thread takes its requests from /dev/fuse, as one of several workers (`dev_ring`),
+    /// not from a FUSE-over-io_uring queue whose only thread it is.
+    pub fn reads_dev_fuse(&self) -> bool {
+        self.reads_dev
+    }
+
     /// Which ring thread this is (0..threads): for per-thread state in the filesystem.
     pub fn thread(&self) -> usize {
         self.thread
@@ -393,24 +419,29 @@ impl RingCtx<'_> {
     }
 
     /// Hands the completion of one of the filesystem's SQEs back to it.
-    fn hand_back<F: Filesystem>(&self, fs: &F, user_data: u64, res: i32) {
+    pub(crate) fn hand_back<F: Filesystem>(&self, fs: &F, user_data: u64, res: i32) {
         self.own_in_flight.set(self.own_in_flight.get() - 1);
         fs.ring_completion(self, user_data & !FS_BIT, res);
     }
 
     /// Queues one of the transport's own commands; one that cannot be queued costs its
     /// entry (logged).
-    fn push_command(&self, sqe: &squeue::Entry128) {
-        if let Err(e) = push_sqe(self.uring, sqe, &self.reaped) {
+    pub(crate) fn push_command(&self, sqe: &squeue::Entry128) {
+        if let Err(e) = self.try_push_command(sqe) {
             log::warn!("io_uring submit: {e}");
         }
+    }
+
+    /// Queues one of the transport's own commands. `Err`: not queued.
+    pub(crate) fn try_push_command(&self, sqe: &squeue::Entry128) -> io::Result<()> {
+        push_sqe(self.uring, sqe, &self.reaped)
     }
 
     /// Submits what is queued and waits for a completion, unless some were already moved
     /// aside while pushing (they may be all there is to wait for). A busy ring (EAGAIN,
     /// EBUSY: completions to reap first) moves them aside and returns; only a broken ring
     /// is an error.
-    fn wait(&self) -> io::Result<()> {
+    pub(crate) fn wait(&self) -> io::Result<()> {
         let want = if self.reaped.borrow().is_empty() {
             1
         } else {
@@ -430,8 +461,29 @@ impl RingCtx<'_> {
         }
     }
 
+    /// Waits for the filesystem's I/O still in flight, its buffers and callbacks with it (the
+    /// replies they send go nowhere now); `cqes`: completions taken and not handled yet.
+    pub(crate) fn finish<F: Filesystem>(&self, fs: &F, mut cqes: Vec<(u64, i32)>) {
+        while self.own_in_flight() > 0 {
+            for (data, res) in cqes.drain(..) {
+                if data != WAKE && data & FS_BIT != 0 {
+                    self.hand_back(fs, data, res);
+                }
+            }
+            if self.own_in_flight() == 0 {
+                break;
+            }
+            if let Err(e) = self.wait() {
+                let n = self.own_in_flight();
+                log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
+                break;
+            }
+            self.take_completions(&mut cqes);
+        }
+    }
+
     /// Completions taken off the ring: those moved aside while pushing, then the queue's.
-    fn take_completions(&self, into: &mut Vec<(u64, i32)>) {
+    pub(crate) fn take_completions(&self, into: &mut Vec<(u64, i32)>) {
         into.append(&mut self.reaped.borrow_mut());
         // SAFETY: only this thread reads the completion queue.
         into.extend(unsafe { self.uring.completion_shared() }.map(|c| (c.user_data(), c.result())));
@@ -500,7 +552,7 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
 /// (DEFER_TASKRUN); TASKRUN_FLAG tells the thread, without entering the kernel, that some
 /// wait; SUBMIT_ALL lets the SQEs behind one the kernel refuses go. Kernels before 6.1 lack
 /// these: a plain ring there.
-fn new_ring(sq: u32) -> io::Result<Uring> {
+pub(crate) fn new_ring(sq: u32) -> io::Result<Uring> {
     let deferred = IoUring::builder()
         .setup_cqsize(sq * 2)
         .setup_r_disabled()
@@ -640,13 +692,7 @@ fn ring_thread<F: Filesystem>(
     // The last command per entry (to resubmit on EAGAIN/EINTR) and its commit id.
     let mut last: Vec<(u32, u64)> = vec![(FUSE_IO_URING_CMD_REGISTER, 0); n];
     let mut live = n;
-    let ctx = RingCtx {
-        uring: &uring,
-        thread,
-        unhandled: std::cell::Cell::new(0),
-        reaped: std::cell::RefCell::new(Vec::new()),
-        own_in_flight: std::cell::Cell::new(0),
-    };
+    let ctx = RingCtx::new(&uring, thread, false);
     for (i, e) in ring.ents.iter().enumerate() {
         ctx.push_command(&command(
             raw,
@@ -680,7 +726,7 @@ fn ring_thread<F: Filesystem>(
         let mut unhandled = cqes.len();
         for (data, res) in cqes.drain(..) {
             unhandled -= 1;
-            ctx.unhandled.set(unhandled);
+            ctx.set_unhandled(unhandled);
             if data == WAKE {
                 let mut v = 0u64;
                 // SAFETY: reads 8 bytes into a local from our non-blocking eventfd.
@@ -747,24 +793,7 @@ fn ring_thread<F: Filesystem>(
         }
         ctx.take_completions(&mut cqes);
     }
-    // The filesystem's I/O still in flight ends here: its buffers and callbacks wait for it
-    // (the replies it sends go nowhere now).
-    while ctx.own_in_flight() > 0 {
-        for (data, res) in cqes.drain(..) {
-            if data != WAKE && data & FS_BIT != 0 {
-                ctx.hand_back(&shared.fs, data, res);
-            }
-        }
-        if ctx.own_in_flight() == 0 {
-            break;
-        }
-        if let Err(e) = ctx.wait() {
-            let n = ctx.own_in_flight();
-            log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
-            break;
-        }
-        ctx.take_completions(&mut cqes);
-    }
+    ctx.finish(&shared.fs, cqes);
 }
 
 /// A ring thread runs on the CPUs of the queues it serves: the kernel queues a request on the

@@ -21,7 +21,7 @@ pub use class::{
     ClassSection, Direction, MAX_CLASSES, NO_CONDITION,
 };
 pub use controller::{ControllerSection, CONTROLLER_PROFILES};
-pub use mount::{Atime, DirectIo, IoEngine, MountSection, Transport, UringAffinity};
+pub use mount::{Atime, DevWait, DirectIo, IoEngine, MountSection, Transport, UringAffinity};
 pub use size::{format_size, parse_duration, parse_size};
 pub use volume::{Emulation, FaultSection, SpindleKeys, VolumeSection, EMULATION_PROFILES};
 

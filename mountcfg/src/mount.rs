@@ -36,6 +36,18 @@ pub enum Transport {
     Dev,
 }
 
+/// How /dev/fuse workers wait for requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevWait {
+    /// `ring` where the device I/O engine is io_uring, a device is a disk (not memory), no
+    /// cache sits in front and there are 2 workers or more; else `read`.
+    Auto,
+    /// On an io_uring of their own, which their requests' device I/O completes on.
+    Ring,
+    /// In read(2).
+    Read,
+}
+
 /// Where FUSE over io_uring's ring threads run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UringAffinity {
@@ -66,6 +78,8 @@ pub struct MountSection {
     pub writeback_cache: bool,
     /// How FUSE requests reach the daemon (`uring` fails the mount where the kernel refuses).
     pub transport: Transport,
+    /// Over /dev/fuse: how its workers wait for requests.
+    pub dev_wait: DevWait,
     /// What runs device I/O: io_uring where the kernel allows it (`auto`), or forced.
     pub io_engine: IoEngine,
     /// I/O threads per device of the threads engine (its queue depth per device).
@@ -149,6 +163,7 @@ impl Default for MountSection {
             direct_io: DirectIo::Auto,
             writeback_cache: false,
             transport: Transport::Auto,
+            dev_wait: DevWait::Auto,
             io_engine: IoEngine::Auto,
             io_threads: 8,
             uring_depth: 32,
@@ -183,6 +198,7 @@ pub(crate) struct RawMount {
     direct_io: Option<Spanned<String>>,
     writeback_cache: Option<bool>,
     transport: Option<Spanned<String>>,
+    dev_wait: Option<Spanned<String>>,
     io_engine: Option<Spanned<String>>,
     io_threads: Option<Spanned<i64>>,
     uring_depth: Option<Spanned<i64>>,
@@ -244,6 +260,18 @@ pub(crate) fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, C
                 (&["auto"], Transport::Auto),
                 (&["uring"], Transport::Uring),
                 (&["dev"], Transport::Dev),
+            ],
+        )?;
+    }
+    if let Some(w) = raw.dev_wait {
+        m.dev_wait = one_of(
+            ctx,
+            w,
+            "mount.dev_wait",
+            &[
+                (&["auto"], DevWait::Auto),
+                (&["ring"], DevWait::Ring),
+                (&["read"], DevWait::Read),
             ],
         )?;
     }

@@ -56,6 +56,7 @@ read_only = true
 threads = 4
 direct_io = "always"
 transport = "dev"
+dev_wait = "read"
 uring_affinity = "any"
 writeback_cache = true
 attr_timeout = "250ms"
@@ -72,6 +73,7 @@ log_size = "16M"
     assert_eq!(c.mount.threads, Some(4));
     assert_eq!(c.mount.direct_io, DirectIo::Always);
     assert_eq!(c.mount.transport, Transport::Dev);
+    assert_eq!(c.mount.dev_wait, DevWait::Read);
     assert_eq!(c.mount.uring_affinity, UringAffinity::Any);
     assert_eq!(c.mount.attr_timeout, Duration::from_millis(250));
     assert_eq!(c.mount.commit_interval, Duration::from_secs(2));

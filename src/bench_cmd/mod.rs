@@ -363,11 +363,16 @@ fn describe_target(dir: &Path) -> Target {
                 Some(if c.contains("cache off") { "off" } else { "on" }.into());
         }
         target.label = format!(
-            "{} (stripefs, {} devices, {}, FUSE over {}, io engine {})",
+            "{} (stripefs, {} devices, {}, FUSE over {}{}, io engine {})",
             dir.display(),
             target.devices.unwrap_or(0),
             status["layout"].as_str().unwrap_or(""),
             status["options"]["transport"].as_str().unwrap_or("?"),
+            match status["options"]["dev_ring_workers"].as_u64() {
+                Some(0) => " (workers in read)",
+                Some(_) => " (workers on rings)",
+                None => "",
+            },
             status["options"]["io_engine"].as_str().unwrap_or("?")
         );
         let c = &status["cache"];

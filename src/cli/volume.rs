@@ -504,8 +504,15 @@ fn print_status(s: &serde_json::Value) {
     }
     let o = &s["options"];
     println!(
-        "\ntransport   {}{}",
+        "\ntransport   {}{}{}",
         o["transport"].as_str().unwrap_or("?"),
+        o["dev_ring_workers"]
+            .as_u64()
+            .map(|n| match (n, o["threads"].as_u64().unwrap_or(0)) {
+                (0, _) => ", workers wait in read(2)".to_string(),
+                (n, t) => format!(", {n} of {t} workers wait on rings of their own"),
+            })
+            .unwrap_or_default(),
         o["transport_note"]
             .as_str()
             .map(|n| format!(" (not io_uring: {n})"))

@@ -208,9 +208,14 @@ impl Engine {
                 transport: self
                     .transport
                     .get()
-                    .map(|t| t.0.clone())
+                    .map(|t| t.name.clone())
                     .unwrap_or_default(),
-                transport_note: self.transport.get().and_then(|t| t.1.clone()),
+                transport_note: self.transport.get().and_then(|t| t.why_not_uring.clone()),
+                dev_ring_workers: self
+                    .transport
+                    .get()
+                    .and_then(|t| t.dev_ring_workers.as_ref())
+                    .map(|n| n.load(std::sync::atomic::Ordering::Relaxed)),
                 io_engine: self.volume.engine_kind().name().into(),
                 device_io: if self.config.volume.direct_device_io {
                     "direct"

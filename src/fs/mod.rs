@@ -110,7 +110,27 @@ impl StripeFs {
             congestion_threshold: (u32::from(m.max_background) * 3 / 4) as u16,
             want,
             threads,
+            dev_ring: self.dev_ring(threads),
             ..fusewire::session::Config::default()
+        }
+    }
+
+    /// Do /dev/fuse workers wait on rings of their own (`[mount] dev_wait`)? By default where
+    /// their requests' device I/O completes on those rings (the io_uring engine, a device that
+    /// is not memory: a RAM-backed one is copied on the worker itself), with no cache (its
+    /// requests run on its own threads) and another worker to take requests while one does
+    /// a lone request's I/O itself. Measured in the README (the data path, `dev_wait`).
+    pub fn dev_ring(&self, threads: usize) -> bool {
+        let volume = &self.engine.volume;
+        match self.engine.config.mount.dev_wait {
+            mountcfg::DevWait::Ring => true,
+            mountcfg::DevWait::Read => false,
+            mountcfg::DevWait::Auto => {
+                threads >= 2
+                    && volume.engine_kind() == stripe::EngineKind::Uring
+                    && !volume.all_in_memory()
+                    && self.engine.caching.is_none()
+            }
         }
     }
 
@@ -254,10 +274,14 @@ impl Filesystem for StripeFs {
 
     /// Over io_uring one thread takes a queue's requests: while others wait for it, their
     /// device I/O must not block it. It goes on the thread's own ring, lent to the engine, and
-    /// the reply is committed from its completion on this thread.
+    /// the reply is committed from its completion on this thread. A /dev/fuse worker on a
+    /// ring of its own (`dev_ring`) does the same; it is one of several, unless it is the
+    /// only one (`lone_reader`). Both hand a cache's requests that may wait to its threads:
+    /// this thread's own completions wait for it meanwhile.
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
         crate::engine::this_is_a_ring_thread();
-        stripe::other_requests_wait_for_this_thread(ring.others_waiting());
+        let alone = ring.reads_dev_fuse() && self.lone_reader;
+        stripe::other_requests_wait_for_this_thread(alone || ring.others_waiting());
         stripe::lend_ring(&Lender(ring), || self.serve(req, reply))
     }
 

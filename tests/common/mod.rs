@@ -354,3 +354,31 @@ pub fn is_mounted(mnt: &Path) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(mnt))
 }
+
+/// A 4K-aligned buffer, as O_DIRECT wants.
+pub struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    pub fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size; freed in Drop with the same layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Aligned { ptr, layout }
+    }
+
+    pub fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: `layout.size()` initialised bytes, borrowed through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
