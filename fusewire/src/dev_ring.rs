@@ -1,16 +1,20 @@
-//! /dev/fuse workers that wait on an io_uring of their own instead of in read(2). The ring
-//! polls the worker's own (cloned, non-blocking) /dev/fuse descriptor, and is lent to the
-//! filesystem for device I/O ([`RingCtx`], as over FUSE over io_uring): a request's device
-//! completion comes back to the thread that read the request, which replies from there. A
-//! worker that sleeps in read(2) instead has each device completion run as task work on it
-//! (io_uring completes an I/O on the thread that submitted it, interrupting that read), which
-//! then wakes the engine's completion thread to reply: two wake-ups per request where this
-//! has one, and one request per wake where this reads all that wait.
+//! /dev/fuse workers that wait on an io_uring of their own while they have device I/O in
+//! flight. The ring polls the worker's own (cloned, non-blocking) /dev/fuse descriptor, and is
+//! lent to the filesystem for device I/O ([`RingCtx`], as over FUSE over io_uring): a
+//! request's device completion comes back to the thread that read the request, which replies
+//! from there. A worker that sleeps in read(2) instead has each device completion run as task
+//! work on it (io_uring completes an I/O on the thread that submitted it, interrupting that
+//! read), which then wakes the engine's completion thread to reply: two wake-ups per request
+//! where this has one, and one request per wake where this reads all that wait. With nothing
+//! of its own in flight the worker waits in read(2) on a second, blocking clone: the cheaper
+//! wake-up for a lone request, which the ring would only have delivered.
 
 use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
 use crate::request;
-use crate::session::{decode_message, free_space, read_message, serve, Filesystem, Read, Shared};
+use crate::session::{
+    clone_fd, decode_message, free_space, read_message, serve, Filesystem, Read, Shared,
+};
 use crate::uring::{new_ring, Job, RingCtx, Uring, FS_BIT};
 use io_uring::{opcode, squeue, types};
 use std::io;
@@ -28,7 +32,12 @@ const ENTRIES: u32 = 256;
 
 pub(crate) struct Worker {
     thread: usize,
+    /// Non-blocking, polled through the ring: a read finds nothing rather than waits when
+    /// another worker took the request.
     fd: Arc<OwnedFd>,
+    /// Blocking, read while nothing of this worker's is in flight. Each clone takes the
+    /// replies to the requests read from it.
+    blocking: Arc<OwnedFd>,
     uring: Uring,
 }
 
@@ -42,9 +51,11 @@ enum End {
 }
 
 impl Worker {
-    /// Sets up worker `thread`'s ring over its non-blocking descriptor `fd`, on the thread
-    /// that will serve (the ring's single issuer).
-    pub(crate) fn new(thread: usize, fd: Arc<OwnedFd>) -> io::Result<Worker> {
+    /// Sets up worker `thread`'s descriptors (clones of the `session`'s) and ring, on the
+    /// thread that will serve (the ring's single issuer).
+    pub(crate) fn new(thread: usize, session: &OwnedFd) -> io::Result<Worker> {
+        let fd = Arc::new(clone_fd(session, libc::O_NONBLOCK)?);
+        let blocking = Arc::new(clone_fd(session, 0)?);
         let uring = new_ring(ENTRIES)?;
         if let Err(e) = uring.submitter().register_enable_rings() {
             // EBADFD: a plain ring (an older kernel), enabled from the start.
@@ -52,7 +63,12 @@ impl Worker {
                 return Err(e);
             }
         }
-        Ok(Worker { thread, fd, uring })
+        Ok(Worker {
+            thread,
+            fd,
+            blocking,
+            uring,
+        })
     }
 
     /// Serves until the connection goes away.
@@ -76,8 +92,7 @@ impl Worker {
                     "fuse worker {}: its ring cannot wait for requests ({e}); it reads /dev/fuse",
                     self.thread
                 );
-                set_blocking(&self.fd)?;
-                serve(&self.fd, shared, size)
+                serve(&self.blocking, shared, size)
             }
         }
     }
@@ -105,6 +120,19 @@ impl Worker {
         }
         let mut buf = Arc::new(MsgBuf::new(size));
         loop {
+            if ctx.own_in_flight() == 0 {
+                // Nothing of ours to complete: the poll stays as it is (queued, armed or
+                // done) for the next wait on the ring.
+                match read_message(&self.blocking, free_space(&mut buf, size)) {
+                    Ok(Read::Message(n)) => {
+                        guarded(&self.blocking, &buf, n, shared, &proto, ctx, offload)
+                    }
+                    Ok(Read::Nothing) => {}
+                    Ok(Read::Gone) => return End::Gone,
+                    Err(e) => return End::Failed(e),
+                }
+                continue;
+            }
             if let Err(e) = ctx.wait() {
                 return End::Failed(e);
             }
@@ -126,13 +154,7 @@ impl Worker {
                 for _ in 0..BATCH {
                     match read_message(&self.fd, free_space(&mut buf, size)) {
                         Ok(Read::Message(n)) => {
-                            let handled =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    self.handle(&buf, n, shared, &proto, ctx, offload)
-                                }));
-                            if handled.is_err() {
-                                log::error!("a request panicked before its dispatch");
-                            }
+                            guarded(&self.fd, &buf, n, shared, &proto, ctx, offload)
                         }
                         Ok(Read::Nothing) => break,
                         Ok(Read::Gone) => return End::Gone,
@@ -145,48 +167,54 @@ impl Worker {
             }
         }
     }
+}
 
-    /// Decodes one request and runs it here, or on the offload thread when it must not run
-    /// on a ring ([`Filesystem::runs_on_ring`]).
-    fn handle<F: Filesystem>(
-        &self,
-        buf: &Arc<MsgBuf>,
-        n: usize,
-        shared: &Arc<Shared<F>>,
-        proto: &request::Proto,
-        ctx: &RingCtx<'_>,
-        offload: &Sender<Job>,
-    ) {
-        let Some(req) = decode_message(&self.fd, buf, n, proto) else {
-            return;
-        };
-        let reply = Reply::new(req.unique, Box::new(DevSink::new(self.fd.clone())));
-        if shared.fs.runs_on_ring(&req, ctx) {
-            return shared.dispatch(req, reply, Some(ctx));
-        }
-        drop(req);
-        // Decoded again from a copy: the buffer is this worker's next.
-        let (msg, shared, proto) = (buf.message(n).to_vec(), shared.clone(), *proto);
-        let job: Job = Box::new(move || match request::parse(&msg, &proto) {
-            Ok(req) => shared.dispatch(req, reply, None),
-            Err(_) => reply.error(libc::EIO),
-        });
-        if let Err(std::sync::mpsc::SendError(job)) = offload.send(job) {
-            if let Err(e) = std::thread::Builder::new().spawn(job) {
-                log::error!("a request could not be run off the ring: {e}");
-            }
-        }
+/// `handle`; a panic before the dispatch (whose own guard answers EIO) costs the request.
+fn guarded<F: Filesystem>(
+    fd: &Arc<OwnedFd>,
+    buf: &Arc<MsgBuf>,
+    n: usize,
+    shared: &Arc<Shared<F>>,
+    proto: &request::Proto,
+    ctx: &RingCtx<'_>,
+    offload: &Sender<Job>,
+) {
+    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle(fd, buf, n, shared, proto, ctx, offload)
+    }));
+    if handled.is_err() {
+        log::error!("a request panicked before its dispatch");
     }
 }
 
-/// Clears O_NONBLOCK, for a worker that goes back to waiting in read(2).
-fn set_blocking(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with integer arguments.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
+/// Decodes one request read from `fd` and runs it here, or on the offload thread when it
+/// must not run on a ring ([`Filesystem::runs_on_ring`]); its reply goes to `fd`.
+fn handle<F: Filesystem>(
+    fd: &Arc<OwnedFd>,
+    buf: &Arc<MsgBuf>,
+    n: usize,
+    shared: &Arc<Shared<F>>,
+    proto: &request::Proto,
+    ctx: &RingCtx<'_>,
+    offload: &Sender<Job>,
+) {
+    let Some(req) = decode_message(fd, buf, n, proto) else {
+        return;
+    };
+    let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
+    if shared.fs.runs_on_ring(&req, ctx) {
+        return shared.dispatch(req, reply, Some(ctx));
+    }
+    drop(req);
+    // Decoded again from a copy: the buffer is this worker's next.
+    let (msg, shared, proto) = (buf.message(n).to_vec(), shared.clone(), *proto);
+    let job: Job = Box::new(move || match request::parse(&msg, &proto) {
+        Ok(req) => shared.dispatch(req, reply, None),
+        Err(_) => reply.error(libc::EIO),
+    });
+    if let Err(std::sync::mpsc::SendError(job)) = offload.send(job) {
+        if let Err(e) = std::thread::Builder::new().spawn(job) {
+            log::error!("a request could not be run off the ring: {e}");
         }
     }
-    Ok(())
 }

@@ -522,7 +522,7 @@ impl<F: Filesystem> Session<F> {
 }
 
 /// Opens a new /dev/fuse descriptor attached to `fd`'s connection.
-fn clone_fd(fd: &OwnedFd, flags: i32) -> io::Result<OwnedFd> {
+pub(crate) fn clone_fd(fd: &OwnedFd, flags: i32) -> io::Result<OwnedFd> {
     // SAFETY: open(2) with a valid C string; the descriptor is owned at once.
     let raw = unsafe {
         libc::open(
@@ -585,11 +585,7 @@ fn work<F: Filesystem>(
     offload: Option<&std::sync::mpsc::Sender<uring::Job>>,
 ) -> io::Result<()> {
     if let Some(offload) = offload {
-        // Its own non-blocking descriptor: the ring polls it, and a read finds nothing
-        // rather than waits when another worker took the request.
-        let worker = clone_fd(session, libc::O_NONBLOCK)
-            .and_then(|own| dev_ring::Worker::new(i, Arc::new(own)));
-        match worker {
+        match dev_ring::Worker::new(i, session) {
             Ok(w) => return w.serve(shared, size, offload),
             Err(e) => log::warn!("fuse worker {i}: no ring of its own ({e}); it reads /dev/fuse"),
         }
