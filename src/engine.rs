@@ -60,7 +60,7 @@ pub struct Transport {
     pub name: String,
     /// Why not io_uring, where it was wanted.
     pub why_not_uring: Option<String>,
-    /// Over /dev/fuse: its workers waiting on rings of their own now (`[mount] dev_wait`).
+    /// Over /dev/fuse: its workers with rings of their own now (`[mount] dev_wait`).
     pub dev_ring_workers: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 

@@ -2,12 +2,12 @@
 //! flight. The ring polls the worker's own (cloned, non-blocking) /dev/fuse descriptor, and is
 //! lent to the filesystem for device I/O ([`RingCtx`], as over FUSE over io_uring): a
 //! request's device completion comes back to the thread that read the request, which replies
-//! from there. A worker that sleeps in read(2) instead has each device completion run as task
-//! work on it (io_uring completes an I/O on the thread that submitted it, interrupting that
-//! read), which then wakes the engine's completion thread to reply: two wake-ups per request
-//! where this has one, and one request per wake where this reads all that wait. With nothing
-//! of its own in flight the worker waits in read(2) on a second, blocking clone: the cheaper
-//! wake-up for a lone request, which the ring would only have delivered.
+//! from there. A plain read(2) worker has each device completion run as task work on it
+//! (io_uring completes an I/O on the thread that submitted it, interrupting that read), which
+//! then wakes the engine's completion thread to reply: two wake-ups per request where this has
+//! one, and one request per wake where this reads all that wait. With nothing of its own in
+//! flight the worker waits in read(2) on a second, blocking clone: a lone request's cheapest
+//! wake-up, where the poll adds a step (its completion, then the read).
 
 use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
@@ -106,10 +106,11 @@ impl Worker {
         offload: &Sender<Job>,
     ) -> End {
         let proto = shared.proto.get().copied().unwrap_or_default();
-        // Not exclusive (EPOLLEXCLUSIVE): every idle worker wakes for a request and the first
-        // reads what waits. Exclusive wakes only one, and a request that comes while it is busy
-        // waits for it where the other was free: RND4K Q32T1 read on 4 directories of the ext4
-        // disk, 2 workers, 77-78k IOPS exclusive against 82-83k not (alternating).
+        // Not exclusive (EPOLLEXCLUSIVE): a request wakes every worker waiting on its ring (those
+        // with I/O in flight; idle ones sit in read(2), which wakes one) and the first reads
+        // what waits. Exclusive woke only one, and a request that came while it was busy
+        // waited for it: RND4K Q32T1 read on 4 directories of the ext4 disk, 2 workers, 77-78k
+        // IOPS exclusive against 82-83k not (alternating; measured before the read(2) wait).
         let events = libc::POLLIN as u32;
         let poll: squeue::Entry128 = opcode::PollAdd::new(types::Fd(self.fd.as_raw_fd()), events)
             .build()
@@ -125,7 +126,9 @@ impl Worker {
                 // done) for the next wait on the ring.
                 match read_message(&self.blocking, free_space(&mut buf, size)) {
                     Ok(Read::Message(n)) => {
-                        guarded(&self.blocking, &buf, n, shared, &proto, ctx, offload)
+                        ctx.set_lone(true);
+                        guarded(&self.blocking, &buf, n, shared, &proto, ctx, offload);
+                        ctx.set_lone(false);
                     }
                     Ok(Read::Nothing) => {}
                     Ok(Read::Gone) => return End::Gone,

@@ -70,9 +70,10 @@ pub struct Config {
     pub threads: usize,
     /// Each worker reads its own descriptor (FUSE_DEV_IOC_CLONE): no shared wait queue.
     pub clone_fd: bool,
-    /// Each /dev/fuse worker waits on an io_uring of its own, which the filesystem's device
-    /// I/O completes on, rather than in read(2) (see `dev_ring`). Where a ring cannot be set
-    /// up, the worker reads as usual ([`Running::dev_ring_workers`] counts those that do not).
+    /// Each /dev/fuse worker has an io_uring of its own, which the filesystem's device I/O
+    /// completes on and which it waits on while that I/O is in flight (see `dev_ring`). Where
+    /// a ring cannot be set up, the worker is a plain read(2) worker
+    /// ([`Running::dev_ring_workers`] counts those with a ring).
     pub dev_ring: bool,
     /// Ask for FUSE over io_uring with these queues (used only where the kernel offers it).
     pub uring: Option<UringConfig>,
@@ -137,7 +138,7 @@ pub(crate) struct Shared<F> {
     pub fs: F,
     pub proto: OnceLock<Proto>,
     destroyed: AtomicBool,
-    /// /dev/fuse workers waiting on rings of their own (`dev_ring`).
+    /// /dev/fuse workers with rings of their own (`dev_ring`).
     pub dev_ring_workers: Arc<AtomicUsize>,
 }
 
@@ -213,7 +214,7 @@ pub struct Running {
 }
 
 impl Running {
-    /// /dev/fuse workers waiting on rings of their own now (`Config::dev_ring`).
+    /// /dev/fuse workers with rings of their own now (`Config::dev_ring`).
     pub fn dev_ring_workers(&self) -> Arc<AtomicUsize> {
         self.dev_ring_workers.clone()
     }

@@ -341,6 +341,9 @@ pub struct RingCtx<'a> {
     /// The filesystem's SQEs not completed yet.
     own_in_flight: std::cell::Cell<usize>,
     reads_dev: bool,
+    /// The request being handled was read in read(2) by a /dev/fuse worker with nothing of its
+    /// own in flight (`dev_ring`).
+    lone: std::cell::Cell<bool>,
 }
 
 impl<'a> RingCtx<'a> {
@@ -351,10 +354,16 @@ impl<'a> RingCtx<'a> {
             uring,
             thread,
             reads_dev,
+            lone: std::cell::Cell::new(false),
             unhandled: std::cell::Cell::new(0),
             reaped: std::cell::RefCell::new(Vec::new()),
             own_in_flight: std::cell::Cell::new(0),
         }
+    }
+
+    /// Marks the requests handled from now on as read alone (see [`RingCtx::others_waiting`]).
+    pub(crate) fn set_lone(&self, lone: bool) {
+        self.lone.set(lone);
     }
 
     /// Completions taken off the ring and not handled yet, for [`RingCtx::others_waiting`].
@@ -376,6 +385,12 @@ impl<'a> RingCtx<'a> {
     /// Are other requests (or completions) waiting for this thread? If not, a request handled
     /// now is alone, and the thread may as well wait for its I/O itself.
     pub fn others_waiting(&self) -> bool {
+        // A /dev/fuse worker that read it in read(2), with nothing of its own in flight: what
+        // sits on the ring is at most its poll (which other requests wake, and which other
+        // workers serve).
+        if self.lone.get() {
+            return false;
+        }
         // SAFETY: only this thread uses the queues; their flags and length are read, not taken.
         self.unhandled.get() > 0
             || !self.reaped.borrow().is_empty()
@@ -399,7 +414,8 @@ impl<'a> RingCtx<'a> {
 
     /// Submits what is queued now rather than when this thread next waits. Best effort: a
     /// busy ring (EBUSY, EAGAIN) keeps it for that wait, which always comes before the thread
-    /// sleeps.
+    /// sleeps while the filesystem has SQEs on the ring (a /dev/fuse worker with none waits
+    /// in read(2), its poll maybe still queued: harmless).
     pub fn submit(&self) {
         if let Err(e) = self.uring.submit() {
             if !matches!(

@@ -510,7 +510,7 @@ fn print_status(s: &serde_json::Value) {
             .as_u64()
             .map(|n| match (n, o["threads"].as_u64().unwrap_or(0)) {
                 (0, _) => ", workers wait in read(2)".to_string(),
-                (n, t) => format!(", {n} of {t} workers wait on rings of their own"),
+                (n, t) => format!(", {n} of {t} workers with rings of their own"),
             })
             .unwrap_or_default(),
         o["transport_note"]

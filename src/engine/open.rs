@@ -260,8 +260,8 @@ pub struct Options {
     pub transport: String,
     /// Why not io_uring, where the config wanted it and the kernel did not allow it.
     pub transport_note: Option<String>,
-    /// Over /dev/fuse: its workers waiting on rings of their own (`[mount] dev_wait`); the
-    /// rest wait in read(2).
+    /// Over /dev/fuse: its workers with rings of their own (`[mount] dev_wait`); the rest
+    /// always wait in read(2).
     pub dev_ring_workers: Option<usize>,
     /// The engine that runs device I/O: "uring" or "threads".
     pub io_engine: String,
