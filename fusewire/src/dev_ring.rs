@@ -105,7 +105,12 @@ impl Worker {
         size: usize,
         offload: &Sender<Job>,
     ) -> End {
-        let proto = shared.proto.get().copied().unwrap_or_default();
+        let serving = Serving {
+            shared,
+            proto: shared.proto.get().copied().unwrap_or_default(),
+            ctx,
+            offload,
+        };
         // Not exclusive (EPOLLEXCLUSIVE): a request wakes every worker waiting on its ring (those
         // with I/O in flight; idle ones sit in read(2), which wakes one) and the first reads
         // what waits. Exclusive woke only one, and a request that came while it was busy
@@ -127,7 +132,7 @@ impl Worker {
                 match read_message(&self.blocking, free_space(&mut buf, size)) {
                     Ok(Read::Message(n)) => {
                         ctx.set_lone(true);
-                        guarded(&self.blocking, &buf, n, shared, &proto, ctx, offload);
+                        serving.handle(&self.blocking, &buf, n);
                         ctx.set_lone(false);
                     }
                     Ok(Read::Nothing) => {}
@@ -156,9 +161,7 @@ impl Worker {
                 // A request waits, or the connection ended: take what there is.
                 for _ in 0..BATCH {
                     match read_message(&self.fd, free_space(&mut buf, size)) {
-                        Ok(Read::Message(n)) => {
-                            guarded(&self.fd, &buf, n, shared, &proto, ctx, offload)
-                        }
+                        Ok(Read::Message(n)) => serving.handle(&self.fd, &buf, n),
                         Ok(Read::Nothing) => break,
                         Ok(Read::Gone) => return End::Gone,
                         Err(e) => return End::Failed(e),
@@ -172,52 +175,42 @@ impl Worker {
     }
 }
 
-/// `handle`; a panic before the dispatch (whose own guard answers EIO) costs the request.
-fn guarded<F: Filesystem>(
-    fd: &Arc<OwnedFd>,
-    buf: &Arc<MsgBuf>,
-    n: usize,
-    shared: &Arc<Shared<F>>,
-    proto: &request::Proto,
-    ctx: &RingCtx<'_>,
-    offload: &Sender<Job>,
-) {
-    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        handle(fd, buf, n, shared, proto, ctx, offload)
-    }));
-    if handled.is_err() {
-        log::error!("a request panicked before its dispatch");
-    }
+/// What a worker hands each request it reads.
+struct Serving<'a, F> {
+    shared: &'a Arc<Shared<F>>,
+    proto: request::Proto,
+    ctx: &'a RingCtx<'a>,
+    offload: &'a Sender<Job>,
 }
 
-/// Decodes one request read from `fd` and runs it here, or on the offload thread when it
-/// must not run on a ring ([`Filesystem::runs_on_ring`]); its reply goes to `fd`.
-fn handle<F: Filesystem>(
-    fd: &Arc<OwnedFd>,
-    buf: &Arc<MsgBuf>,
-    n: usize,
-    shared: &Arc<Shared<F>>,
-    proto: &request::Proto,
-    ctx: &RingCtx<'_>,
-    offload: &Sender<Job>,
-) {
-    let Some(req) = decode_message(fd, buf, n, proto) else {
-        return;
-    };
-    let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
-    if shared.fs.runs_on_ring(&req, ctx) {
-        return shared.dispatch(req, reply, Some(ctx));
-    }
-    drop(req);
-    // Decoded again from a copy: the buffer is this worker's next.
-    let (msg, shared, proto) = (buf.message(n).to_vec(), shared.clone(), *proto);
-    let job: Job = Box::new(move || match request::parse(&msg, &proto) {
-        Ok(req) => shared.dispatch(req, reply, None),
-        Err(_) => reply.error(libc::EIO),
-    });
-    if let Err(std::sync::mpsc::SendError(job)) = offload.send(job) {
-        if let Err(e) = std::thread::Builder::new().spawn(job) {
-            log::error!("a request could not be run off the ring: {e}");
+impl<F: Filesystem> Serving<'_, F> {
+    /// Decodes one request read from `fd` and runs it here, or on the offload thread when it
+    /// must not run on a ring ([`Filesystem::runs_on_ring`]); its reply goes to `fd`. A panic
+    /// before the dispatch (whose own guard answers EIO) costs the request, not the worker.
+    fn handle(&self, fd: &Arc<OwnedFd>, buf: &Arc<MsgBuf>, n: usize) {
+        let run = || {
+            let Some(req) = decode_message(fd, buf, n, &self.proto) else {
+                return;
+            };
+            let reply = Reply::new(req.unique, Box::new(DevSink::new(fd.clone())));
+            if self.shared.fs.runs_on_ring(&req, self.ctx) {
+                return self.shared.dispatch(req, reply, Some(self.ctx));
+            }
+            drop(req);
+            // Decoded again from a copy: the buffer is this worker's next.
+            let (msg, shared, proto) = (buf.message(n).to_vec(), self.shared.clone(), self.proto);
+            let job: Job = Box::new(move || match request::parse(&msg, &proto) {
+                Ok(req) => shared.dispatch(req, reply, None),
+                Err(_) => reply.error(libc::EIO),
+            });
+            if let Err(std::sync::mpsc::SendError(job)) = self.offload.send(job) {
+                if let Err(e) = std::thread::Builder::new().spawn(job) {
+                    log::error!("a request could not be run off the ring: {e}");
+                }
+            }
+        };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+            log::error!("a request panicked before its dispatch");
         }
     }
 }

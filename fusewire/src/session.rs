@@ -37,9 +37,9 @@ pub trait Filesystem: Send + Sync + 'static {
         self.request(req, reply)
     }
     /// Whether `req`, taken by a thread that waits on its own io_uring, may run there now.
-    /// `false` hands it to the session's offload thread: for a request that could wait for something only
-    /// this ring thread's own completions release (see [`RingCtx::own_in_flight`]). By
-    /// default: yes.
+    /// `false` hands it to the session's offload thread: for a request that could wait for
+    /// something only this thread's own completions release (see
+    /// [`RingCtx::own_in_flight`]). By default: yes.
     fn runs_on_ring(&self, _req: &Request<'_>, _ring: &RingCtx<'_>) -> bool {
         true
     }

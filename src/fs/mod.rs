@@ -115,12 +115,12 @@ impl StripeFs {
         }
     }
 
-    /// Do /dev/fuse workers wait on rings of their own (`[mount] dev_wait`)? By default where
+    /// Do /dev/fuse workers have rings of their own (`[mount] dev_wait`)? By default where
     /// their requests' device I/O completes on those rings (the io_uring engine, a device that
     /// is not memory: a RAM-backed one is copied on the worker itself), with no cache (its
     /// requests run on its own threads) and another worker to take requests while one does
     /// a lone request's I/O itself. Measured in the README (the data path, `dev_wait`).
-    pub fn dev_ring(&self, threads: usize) -> bool {
+    fn dev_ring(&self, threads: usize) -> bool {
         let volume = &self.engine.volume;
         match self.engine.config.mount.dev_wait {
             mountcfg::DevWait::Ring => true,
@@ -274,14 +274,14 @@ impl Filesystem for StripeFs {
 
     /// Over io_uring one thread takes a queue's requests: while others wait for it, their
     /// device I/O must not block it. It goes on the thread's own ring, lent to the engine, and
-    /// the reply is committed from its completion on this thread. A /dev/fuse worker on a
+    /// the reply is committed from its completion on this thread. A /dev/fuse worker with a
     /// ring of its own (`dev_ring`) does the same; it is one of several, unless it is the
     /// only one (`lone_reader`). Both hand a cache's requests that may wait to its threads:
     /// this thread's own completions wait for it meanwhile.
     fn request_on_ring(&self, req: Request<'_>, reply: Reply, ring: &fusewire::RingCtx<'_>) {
         crate::engine::this_is_a_ring_thread();
-        let alone = ring.reads_dev_fuse() && self.lone_reader;
-        stripe::other_requests_wait_for_this_thread(alone || ring.others_waiting());
+        let only_reader = ring.reads_dev_fuse() && self.lone_reader;
+        stripe::other_requests_wait_for_this_thread(only_reader || ring.others_waiting());
         stripe::lend_ring(&Lender(ring), || self.serve(req, reply))
     }
 
