@@ -15,7 +15,7 @@ use crate::request;
 use crate::session::{
     clone_fd, decode_message, free_space, read_message, serve, Filesystem, Read, Shared,
 };
-use crate::uring::{new_ring, Job, RingCtx, Uring, FS_BIT};
+use crate::uring::{new_ring, offload, Job, RingCtx, Uring, FS_BIT};
 use io_uring::{opcode, squeue, types};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -130,11 +130,7 @@ impl Worker {
                 // Nothing of ours to complete: the poll stays as it is (queued, armed or
                 // done) for the next wait on the ring.
                 match read_message(&self.blocking, free_space(&mut buf, size)) {
-                    Ok(Read::Message(n)) => {
-                        ctx.set_lone(true);
-                        serving.handle(&self.blocking, &buf, n);
-                        ctx.set_lone(false);
-                    }
+                    Ok(Read::Message(n)) => serving.handle(&self.blocking, &buf, n),
                     Ok(Read::Nothing) => {}
                     Ok(Read::Gone) => return End::Gone,
                     Err(e) => return End::Failed(e),
@@ -203,11 +199,7 @@ impl<F: Filesystem> Serving<'_, F> {
                 Ok(req) => shared.dispatch(req, reply, None),
                 Err(_) => reply.error(libc::EIO),
             });
-            if let Err(std::sync::mpsc::SendError(job)) = self.offload.send(job) {
-                if let Err(e) = std::thread::Builder::new().spawn(job) {
-                    log::error!("a request could not be run off the ring: {e}");
-                }
-            }
+            offload(self.offload, job);
         };
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
             log::error!("a request panicked before its dispatch");

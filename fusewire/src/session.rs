@@ -395,9 +395,9 @@ impl<F: Filesystem> Session<F> {
                 Err(e) => log::warn!("fuse worker {i}: {e}; serving with fewer"),
             }
         }
-        let session = || self.fd.clone();
+        let own_fd = || self.fd.clone();
         let offload_tx = offload.as_ref().map(|o| &o.0);
-        let mut result = work(0, &self.fd, session, &self.shared, buf.len(), offload_tx);
+        let mut result = work(0, &self.fd, own_fd, &self.shared, buf.len(), offload_tx);
         // Every worker is waited for (and the offload thread after them) before DESTROY.
         for w in workers {
             let r = w
@@ -407,9 +407,8 @@ impl<F: Filesystem> Session<F> {
                 result = r;
             }
         }
-        if let Some((tx, thread)) = offload {
-            drop(tx);
-            let _ = thread.join();
+        if let Some(offload) = offload {
+            uring::stop_offload(offload);
         }
         if let Some(r) = ring {
             r.stop();

@@ -269,9 +269,24 @@ impl Rings {
         for t in self.threads {
             let _ = t.join();
         }
-        if let Some((tx, thread)) = self.offload {
-            drop(tx);
-            let _ = thread.join();
+        if let Some(offload) = self.offload {
+            stop_offload(offload);
+        }
+    }
+}
+
+/// Ends the offload thread once it ran what it was sent (its senders must be gone too).
+pub(crate) fn stop_offload((tx, thread): (mpsc::Sender<Job>, JoinHandle<()>)) {
+    drop(tx);
+    let _ = thread.join();
+}
+
+/// Hands `job` to the offload thread; should it be gone, to a thread of its own, never the
+/// caller's (the request may wait for the caller's ring).
+pub(crate) fn offload(to: &mpsc::Sender<Job>, job: Job) {
+    if let Err(mpsc::SendError(job)) = to.send(job) {
+        if let Err(e) = std::thread::Builder::new().spawn(job) {
+            log::error!("a request could not be run off its ring: {e}");
         }
     }
 }
@@ -341,9 +356,6 @@ pub struct RingCtx<'a> {
     /// The filesystem's SQEs not completed yet.
     own_in_flight: std::cell::Cell<usize>,
     reads_dev: bool,
-    /// The request being handled was read in read(2) by a /dev/fuse worker with nothing of its
-    /// own in flight (`dev_ring`).
-    lone: std::cell::Cell<bool>,
 }
 
 impl<'a> RingCtx<'a> {
@@ -354,16 +366,10 @@ impl<'a> RingCtx<'a> {
             uring,
             thread,
             reads_dev,
-            lone: std::cell::Cell::new(false),
             unhandled: std::cell::Cell::new(0),
             reaped: std::cell::RefCell::new(Vec::new()),
             own_in_flight: std::cell::Cell::new(0),
         }
-    }
-
-    /// Marks the requests handled from now on as read alone (see [`RingCtx::others_waiting`]).
-    pub(crate) fn set_lone(&self, lone: bool) {
-        self.lone.set(lone);
     }
 
     /// Completions taken off the ring and not handled yet, for [`RingCtx::others_waiting`].
@@ -385,11 +391,10 @@ impl<'a> RingCtx<'a> {
     /// Are other requests (or completions) waiting for this thread? If not, a request handled
     /// now is alone, and the thread may as well wait for its I/O itself.
     pub fn others_waiting(&self) -> bool {
-        // A /dev/fuse worker that read it in read(2), with nothing of its own in flight: what
-        // sits on the ring is at most its poll (which other requests wake, and which other
-        // workers serve).
-        if self.lone.get() {
-            return false;
+        // A /dev/fuse worker is one of several reading the kernel's queue: only its own
+        // completions wait for it (a poll completion on its ring is no request of its own).
+        if self.reads_dev {
+            return self.own_in_flight.get() > 0;
         }
         // SAFETY: only this thread uses the queues; their flags and length are read, not taken.
         self.unhandled.get() > 0
@@ -888,13 +893,8 @@ fn handle<F: Filesystem>(
                     Err(_) => reply.error(libc::EIO),
                 }
             });
-            // The offload thread outlives the ring threads (Rings::stop); should it be gone,
-            // a thread of its own, never this one (the request may wait for this ring).
-            if let Err(mpsc::SendError(job)) = offload.send(job) {
-                if let Err(e) = std::thread::Builder::new().spawn(job) {
-                    log::error!("a request could not be run off the ring thread: {e}");
-                }
-            }
+            // The offload thread outlives the ring threads (Rings::stop).
+            self::offload(offload, job);
         }
         Ok(req) => shared.dispatch(req, Reply::new(inh.unique, sink), Some(ctx)),
         Err(e) => {

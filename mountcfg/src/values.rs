@@ -100,16 +100,18 @@ pub(crate) fn positive_mbps(
     v: Option<Spanned<f64>>,
     key: &str,
 ) -> Result<Option<f64>, ConfigError> {
-    v.map(|v| {
-        checked(
-            ctx,
-            v,
-            key,
-            |x| x.is_finite() && x > 0.0,
-            "must be a positive number of MB/s",
-        )
-    })
-    .transpose()
+    positive(ctx, v, key, "must be a positive number of MB/s")
+}
+
+/// An optional number, positive and finite; `rule` names its unit.
+pub(crate) fn positive(
+    ctx: &Ctx,
+    v: Option<Spanned<f64>>,
+    key: &str,
+    rule: &str,
+) -> Result<Option<f64>, ConfigError> {
+    v.map(|v| checked(ctx, v, key, |x| x.is_finite() && x > 0.0, rule))
+        .transpose()
 }
 
 /// A number that must pass `ok`; the message is `key = value: rule`.

@@ -452,16 +452,7 @@ fn validate_emulation(
         let read_mbps = positive_mbps(ctx, e.read_mbps, "volume.emulate.read_mbps")?;
         let write_mbps = positive_mbps(ctx, e.write_mbps, "volume.emulate.write_mbps")?;
         let iops = |v: Option<Spanned<f64>>, key: &str| {
-            v.map(|v| {
-                checked(
-                    ctx,
-                    v,
-                    key,
-                    |x| x.is_finite() && x > 0.0,
-                    "must be a positive number of I/Os per second",
-                )
-            })
-            .transpose()
+            positive(ctx, v, key, "must be a positive number of I/Os per second")
         };
         let read_iops = iops(e.read_iops, "volume.emulate.read_iops")?;
         let write_iops = iops(e.write_iops, "volume.emulate.write_iops")?;
