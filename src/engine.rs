@@ -62,6 +62,8 @@ pub struct Transport {
     pub why_not_uring: Option<String>,
     /// Over /dev/fuse: its workers with rings of their own now (`[mount] dev_wait`).
     pub dev_ring_workers: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// Over io_uring: its ring threads (`[mount] uring_threads`, settled at mount).
+    pub ring_threads: Option<usize>,
 }
 
 /// Where a data request runs: on the thread that took it from the transport, which must not

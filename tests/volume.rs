@@ -709,21 +709,29 @@ fn ring_threads_run_where_uring_affinity_says() {
             assert!(rings.is_empty(), "ring threads over /dev/fuse: {rings:?}");
             continue;
         }
-        assert!(!rings.is_empty(), "no ring threads over io_uring");
+        let all_in_memory = v.devices.iter().all(|d| in_memory(d));
+        // uring_threads = 0: one thread per queue (per possible CPU) over memory, two over
+        // disks, thread n on queue n mod queues.
+        let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+        let queues = cpu_list(&possible).len();
+        let threads = if all_in_memory { queues } else { 2 * queues };
+        assert_eq!(rings.len(), threads, "{affinity}: {rings:?}");
+        assert_eq!(status["options"]["ring_threads"], threads, "{status}");
         let pinned = match affinity {
             "queue" => true,
             "any" => false,
-            _ => v.devices.iter().all(|d| in_memory(d)),
+            _ => all_in_memory,
         };
-        for (queue, cpus) in rings {
-            // One thread per queue (uring_threads = 0): thread n serves queue n, CPU n's, if
-            // that CPU is the daemon's to use (online, in its cpuset); else it stays free.
+        for (n, cpus) in rings {
+            // Pinned, a thread runs on its queue's CPU if that CPU is the daemon's to use
+            // (online, in its cpuset); else it stays free.
+            let queue = n % queues;
             let want = if pinned && all.contains(&queue) {
                 BTreeSet::from([queue])
             } else {
                 all.clone()
             };
-            assert_eq!(cpus, want, "{affinity}: ring thread {queue}");
+            assert_eq!(cpus, want, "{affinity}: ring thread {n}");
         }
     }
 }

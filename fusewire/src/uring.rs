@@ -34,7 +34,8 @@ use std::thread::{JoinHandle, ThreadId};
 /// The io_uring queues.
 #[derive(Debug, Clone, Default)]
 pub struct UringConfig {
-    /// Ring threads; 0: one per queue (per possible CPU). Thread t serves queues t, t+n, ...
+    /// Ring threads; 0: one per queue (per possible CPU). Thread t serves queues t, t+n, ...;
+    /// with more threads than queues, thread t takes turns on queue t mod queues.
     pub threads: usize,
     /// Entries per queue (requests in flight per CPU); 0: 16.
     pub depth: usize,
@@ -524,13 +525,14 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
     let nthreads = if cfg.threads == 0 {
         queues
     } else {
-        cfg.threads.min(queues)
+        cfg.threads
     };
     let depth = if cfg.depth == 0 { 16 } else { cfg.depth };
     let payload = payload.max(abi::MIN_READ_BUFFER);
     let mut rings = Vec::new();
     for t in 0..nthreads {
-        let qids: Vec<usize> = (t..queues).step_by(nthreads).collect();
+        let qids = queues_of(t, nthreads, queues);
+        let depth = depth_of(t, nthreads, queues, depth);
         let n = (qids.len() * depth) as u32;
         // The cheap check first: room for the filesystem's own SQEs (device I/O) next to
         // the entries' commands (the kernel refuses more than 32768 SQEs).
@@ -564,6 +566,28 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
         rings.push((ring, uring));
     }
     Ok(Prepared { rings })
+}
+
+/// The kernel queues ring thread `t` of `threads` registers entries on: fewer threads than
+/// queues share them out; more take turns on each queue (thread `t` on queue `t % queues`), so
+/// one CPU's requests, all on its queue, are spread over several threads, as /dev/fuse
+/// workers share one queue.
+fn queues_of(t: usize, threads: usize, queues: usize) -> Vec<usize> {
+    if threads <= queues {
+        (t..queues).step_by(threads).collect()
+    } else {
+        vec![t % queues]
+    }
+}
+
+/// Entries thread `t` registers per queue: the queue's `depth` shared among its threads (at
+/// least one each), so `depth` stays the requests in flight per queue.
+fn depth_of(t: usize, threads: usize, queues: usize, depth: usize) -> usize {
+    if threads <= queues {
+        return depth;
+    }
+    let sharing = (t % queues..threads).step_by(queues).count();
+    depth.div_ceil(sharing).max(1)
 }
 
 /// A ring set up as fio sets up its own: only the ring thread submits (SINGLE_ISSUER, the
@@ -905,3 +929,7 @@ fn handle<F: Filesystem>(
     ent.in_dispatch.store(false, Ordering::Release);
     commit_id
 }
+
+#[cfg(test)]
+#[path = "uring_tests.rs"]
+mod tests;

@@ -87,7 +87,8 @@ pub struct MountSection {
     /// FUSE over io_uring: requests in flight per kernel queue (one queue per CPU); 32 lets a
     /// Q32 application on one CPU reach the daemon whole.
     pub uring_depth: usize,
-    /// FUSE over io_uring: ring threads; 0: one per kernel queue.
+    /// FUSE over io_uring: ring threads; 0: one per kernel queue where every device is in
+    /// memory, two per queue over disks.
     pub uring_threads: usize,
     pub uring_affinity: UringAffinity,
     /// Readahead of buffered reads, in bytes (the kernel's default for FUSE is 128 KiB).
@@ -318,7 +319,7 @@ pub(crate) fn validate_mount(ctx: &Ctx, raw: RawMount) -> Result<MountSection, C
             raw.uring_threads,
             "mount.uring_threads",
             0..=1024,
-            "must be from 0 (one per CPU queue) to 1024",
+            "must be from 0 (as many as the devices need) to 1024",
             &mut m.uring_threads,
         ),
     ];

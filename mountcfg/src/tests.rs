@@ -163,7 +163,7 @@ fn bad_configs_name_file_line_and_key() {
         ),
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_threads = -1\n",
-            "vol.toml:4: mount.uring_threads: uring_threads = -1: must be from 0 (one per CPU queue) to 1024",
+            "vol.toml:4: mount.uring_threads: uring_threads = -1: must be from 0 (as many as the devices need) to 1024",
         ),
         (
             "[volume]\ndevices = [\"d0\"]\n[mount]\nuring_affinity = \"cpu0\"\n",

@@ -368,10 +368,14 @@ fn describe_target(dir: &Path) -> Target {
             target.devices.unwrap_or(0),
             status["layout"].as_str().unwrap_or(""),
             status["options"]["transport"].as_str().unwrap_or("?"),
-            match status["options"]["dev_ring_workers"].as_u64() {
-                Some(0) => " (workers in read)",
-                Some(_) => " (workers on rings)",
-                None => "",
+            match (
+                status["options"]["dev_ring_workers"].as_u64(),
+                status["options"]["ring_threads"].as_u64(),
+            ) {
+                (Some(0), _) => " (workers in read)".to_string(),
+                (Some(_), _) => " (workers on rings)".to_string(),
+                (None, Some(n)) => format!(" ({n} ring threads)"),
+                (None, None) => String::new(),
             },
             status["options"]["io_engine"].as_str().unwrap_or("?")
         );

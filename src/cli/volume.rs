@@ -504,7 +504,7 @@ fn print_status(s: &serde_json::Value) {
     }
     let o = &s["options"];
     println!(
-        "\ntransport   {}{}{}",
+        "\ntransport   {}{}{}{}",
         o["transport"].as_str().unwrap_or("?"),
         o["dev_ring_workers"]
             .as_u64()
@@ -512,6 +512,10 @@ fn print_status(s: &serde_json::Value) {
                 (0, _) => ", workers wait in read(2)".to_string(),
                 (n, t) => format!(", {n} of {t} workers with rings of their own"),
             })
+            .unwrap_or_default(),
+        o["ring_threads"]
+            .as_u64()
+            .map(|n| format!(", {n} ring threads"))
             .unwrap_or_default(),
         o["transport_note"]
             .as_str()

@@ -263,6 +263,8 @@ pub struct Options {
     /// Over /dev/fuse: its workers with rings of their own (`[mount] dev_wait`); the rest
     /// always wait in read(2).
     pub dev_ring_workers: Option<usize>,
+    /// Over io_uring: its ring threads.
+    pub ring_threads: Option<usize>,
     /// The engine that runs device I/O: "uring" or "threads".
     pub io_engine: String,
     /// How objects are read and written on the devices: "direct" (O_DIRECT) or "buffered".

@@ -216,6 +216,7 @@ impl Engine {
                     .get()
                     .and_then(|t| t.dev_ring_workers.as_ref())
                     .map(|n| n.load(std::sync::atomic::Ordering::Relaxed)),
+                ring_threads: self.transport.get().and_then(|t| t.ring_threads),
                 io_engine: self.volume.engine_kind().name().into(),
                 device_io: if self.config.volume.direct_device_io {
                     "direct"
