@@ -388,7 +388,7 @@ fn serve(
         ..u
     });
     let pinned = uring.as_ref().is_some_and(|u| u.pinned);
-    let ring_threads = uring.as_ref().map_or(0, |u| u.threads);
+    let ring_threads = uring.as_ref().map_or(0, |u| u.ring_threads());
     let dev_ring = fuse_config.dev_ring;
     fuse_config.uring = uring;
     let kernel = fs.kernel.clone();

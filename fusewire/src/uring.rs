@@ -4,7 +4,8 @@
 //!
 //! The kernel has one queue per possible CPU and takes a request on the queue of the CPU that
 //! issued it; the ring is used only once every queue has an entry. Each ring thread of ours
-//! serves some of those queues with `depth` entries each. An entry is two buffers: the header
+//! serves some of those queues with `depth` entries each, or, with more threads than queues,
+//! shares one queue's `depth` entries with the other threads there. An entry is two buffers: the header
 //! (in/out header, the first argument, the commit id and payload size) and the payload (the
 //! other arguments, or the reply's body).
 //!
@@ -35,12 +36,34 @@ use std::thread::{JoinHandle, ThreadId};
 #[derive(Debug, Clone, Default)]
 pub struct UringConfig {
     /// Ring threads; 0: one per queue (per possible CPU). Thread t serves queues t, t+n, ...;
-    /// with more threads than queues, thread t takes turns on queue t mod queues.
+    /// with more threads than queues, thread t shares queue t mod queues with the others
+    /// there (at most `depth` threads a queue, one entry each).
     pub threads: usize,
     /// Entries per queue (requests in flight per CPU); 0: 16.
     pub depth: usize,
     /// A ring thread runs only on the CPUs of the queues it serves.
     pub pinned: bool,
+}
+
+impl UringConfig {
+    /// Entries per queue.
+    pub fn queue_depth(&self) -> usize {
+        if self.depth == 0 {
+            16
+        } else {
+            self.depth
+        }
+    }
+
+    /// The ring threads that serve: `threads`, or one per queue, and no more than the
+    /// queues have entries (every thread has one of its queue's to wait on).
+    pub fn ring_threads(&self) -> usize {
+        let queues = kernel_queues();
+        match self.threads {
+            0 => queues,
+            n => n.min(queues * self.queue_depth()),
+        }
+    }
 }
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -379,7 +402,7 @@ impl<'a> RingCtx<'a> {
     }
 
     /// This thread takes its requests from /dev/fuse, as one of several workers (`dev_ring`),
-    /// not from a FUSE-over-io_uring queue whose only thread it is.
+    /// not from its entries of a FUSE-over-io_uring queue.
     pub fn reads_dev_fuse(&self) -> bool {
         self.reads_dev
     }
@@ -522,12 +545,8 @@ pub(crate) struct Prepared {
 /// Allocates the entries and creates one io_uring per ring thread.
 pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared> {
     let queues = kernel_queues();
-    let nthreads = if cfg.threads == 0 {
-        queues
-    } else {
-        cfg.threads
-    };
-    let depth = if cfg.depth == 0 { 16 } else { cfg.depth };
+    let depth = cfg.queue_depth();
+    let nthreads = cfg.ring_threads();
     let payload = payload.max(abi::MIN_READ_BUFFER);
     let mut rings = Vec::new();
     for t in 0..nthreads {
@@ -569,9 +588,10 @@ pub(crate) fn prepare(cfg: &UringConfig, payload: usize) -> io::Result<Prepared>
 }
 
 /// The kernel queues ring thread `t` of `threads` registers entries on: fewer threads than
-/// queues share them out; more take turns on each queue (thread `t` on queue `t % queues`), so
-/// one CPU's requests, all on its queue, are spread over several threads, as /dev/fuse
-/// workers share one queue.
+/// queues share them out; more share each queue (thread `t` on queue `t % queues`), so one
+/// CPU's requests, all on its queue, are spread over several threads as /dev/fuse workers
+/// share theirs. The kernel hands a request to the entry freed last, so a queue's second
+/// thread takes requests once the first has all of its entries busy: under load.
 fn queues_of(t: usize, threads: usize, queues: usize) -> Vec<usize> {
     if threads <= queues {
         (t..queues).step_by(threads).collect()
@@ -580,14 +600,16 @@ fn queues_of(t: usize, threads: usize, queues: usize) -> Vec<usize> {
     }
 }
 
-/// Entries thread `t` registers per queue: the queue's `depth` shared among its threads (at
-/// least one each), so `depth` stays the requests in flight per queue.
+/// Entries thread `t` registers per queue: the queue's `depth` split among its threads (no
+/// more threads than `depth` share one), so `depth` stays the requests in flight per queue.
 fn depth_of(t: usize, threads: usize, queues: usize, depth: usize) -> usize {
     if threads <= queues {
         return depth;
     }
     let sharing = (t % queues..threads).step_by(queues).count();
-    depth.div_ceil(sharing).max(1)
+    // This thread's place among those of its queue: the first ones take the remainder.
+    let place = t / queues;
+    depth / sharing + usize::from(place < depth % sharing)
 }
 
 /// A ring set up as fio sets up its own: only the ring thread submits (SINGLE_ISSUER, the

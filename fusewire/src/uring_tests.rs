@@ -14,7 +14,18 @@ fn more_threads_than_queues_take_turns_and_share_each_queues_depth() {
     let on: Vec<Vec<usize>> = (0..5).map(|t| queues_of(t, 5, 2)).collect();
     assert_eq!(on, vec![vec![0], vec![1], vec![0], vec![1], vec![0]]);
     let depths: Vec<usize> = (0..5).map(|t| depth_of(t, 5, 2, 32)).collect();
-    assert_eq!(depths, vec![11, 16, 11, 16, 11]);
-    // Never a thread without an entry.
-    assert_eq!(depth_of(3, 8, 1, 4), 1);
+    assert_eq!(depths, vec![11, 16, 11, 16, 10]);
+    // Each queue's entries add up to its depth, odd ones too.
+    for (threads, queues, depth) in [(4, 2, 33), (3, 1, 32), (4, 1, 4), (6, 2, 5)] {
+        for q in 0..queues {
+            let sum: usize = (q..threads)
+                .step_by(queues)
+                .map(|t| depth_of(t, threads, queues, depth))
+                .sum();
+            assert_eq!(
+                sum, depth,
+                "{threads} threads, {queues} queues, depth {depth}"
+            );
+        }
+    }
 }

@@ -272,7 +272,7 @@ impl Filesystem for StripeFs {
         }
     }
 
-    /// Over io_uring one thread takes a queue's requests: while others wait for it, their
+    /// Over io_uring a thread takes its entries' requests: while others wait for it, their
     /// device I/O must not block it. It goes on the thread's own ring, lent to the engine, and
     /// the reply is committed from its completion on this thread. A /dev/fuse worker with a
     /// ring of its own (`dev_ring`) does the same; it is one of several, unless it is the
