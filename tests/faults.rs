@@ -44,13 +44,26 @@ fn direct_read(p: &Path, len: usize) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+const EIO_ON_1: &str = "[[volume.fault]]\ndevice = 1\nop = \"write\"\nerror = \"eio\"\n";
+
 #[test]
 fn injected_eio_fails_that_call_only_and_is_counted() {
-    let mut v = TestVolume::new(
-        2,
-        "64K",
-        "[[volume.fault]]\ndevice = 1\nop = \"write\"\nerror = \"eio\"\n",
-    );
+    injected_eio_fails_that_call_only(TestVolume::new(2, "64K", EIO_ON_1));
+}
+
+/// Devices whose files live in memory are copied to and from on the request's own thread,
+/// not through the I/O engine's completions: the same failures, told the same way.
+#[test]
+fn injected_eio_on_a_device_in_memory_fails_that_call_only() {
+    let root = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    let devices: Vec<_> = (0..2).map(|i| root.path().join(format!("d{i}"))).collect();
+    for d in &devices {
+        fs::create_dir(d).unwrap();
+    }
+    injected_eio_fails_that_call_only(TestVolume::on(root, devices, "64K", EIO_ON_1));
+}
+
+fn injected_eio_fails_that_call_only(mut v: TestVolume) {
     v.mount();
     let files = one_device_files(&v, "d", 4);
     let data = vec![7u8; 100_000];
@@ -85,6 +98,12 @@ fn injected_eio_fails_that_call_only_and_is_counted() {
     );
     let out = stripefs_ok(&["stats", v.mnt_str()]);
     assert!(out.contains("write errors"), "{out}");
+    // A write striped over both devices fails whole; reads of the healthy one go on.
+    let wide = v.path("wide");
+    let r = fs::write(&wide, vec![9u8; 256 * 1024]);
+    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EIO));
+    let (good, _) = files.iter().find(|(_, d)| *d == 0).unwrap();
+    assert_eq!(fs::read(good).unwrap(), data);
     // The namespace is whole.
     fs::create_dir(v.path("still-works")).unwrap();
     v.umount();

@@ -461,12 +461,18 @@ pub(crate) fn cqe_result(res: i32) -> io::Result<usize> {
 }
 
 /// Runs an op to its end with blocking syscalls on this thread.
-pub(crate) fn run_blocking(timer: &timer::Timer, mut op: Box<DevOp>) {
+pub(crate) fn run_blocking(timer: &timer::Timer, op: Box<DevOp>) {
+    let (op, r) = transfer_all(op);
+    finish(timer, op, r)
+}
+
+/// Transfers all of an op on this thread, with blocking calls; its callback is not run.
+pub(crate) fn transfer_all(mut op: Box<DevOp>) -> (Box<DevOp>, io::Result<()>) {
     loop {
         let res = op.transfer_blocking();
         match op.progress(res) {
             Step::Again(o) => op = o,
-            Step::Done(o, r) => return finish(timer, o, r),
+            Step::Done(o, r) => return (o, r),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! How a request reaches the devices: its pieces, one vectored I/O per device, are
 //! submitted together to the I/O engine and the request completes when its last piece does.
 
+use super::replace::Watch;
 use super::*;
 
 /// A request's pieces in flight: the request completes when the last one does, with the
@@ -12,6 +13,29 @@ struct Join {
 }
 
 type JoinDone = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// One device's share of a request: its op, and whether a device replacement's copy
+/// watches the write (told when it ends).
+struct Piece {
+    op: Box<DevOp>,
+    watched: bool,
+}
+
+/// A piece's outcome, as the request sees it: errors named by device and counted against it,
+/// and the replacement's watch told the write ended.
+fn ended(
+    set: &DeviceSet,
+    watch: Option<&Watch>,
+    dev: usize,
+    write: bool,
+    r: io::Result<()>,
+) -> Result<()> {
+    let r = r.map_err(|e| set.io_err(dev, e));
+    if let Some(w) = watch {
+        w.write_done();
+    }
+    set.note_error(dev, write, r)
+}
 
 /// A request as the devices see it: which object, laid out how, over which buffer.
 #[derive(Clone, Copy)]
@@ -78,16 +102,16 @@ impl Waiter {
 }
 
 impl Volume {
-    /// The device op for one slot's share of a request over the buffer at `base`; `None` for
-    /// a read of an object that does not exist (its segments are zeroed here).
+    /// The device op for one slot's share of a request over the buffer at `base`, its
+    /// callback not set; `None` for a read of an object that does not exist (its segments are
+    /// zeroed here).
     fn op_for(
         &self,
         objs: &Objects,
         req: Request,
         io: &SlotIo,
         dev: usize,
-        join: &Arc<Join>,
-    ) -> Result<Option<Box<DevOp>>> {
+    ) -> Result<Option<Piece>> {
         let Request {
             ino,
             layout: _,
@@ -129,36 +153,57 @@ impl Volume {
                 .emulated(dev)
                 .map(|e| e.book(write, ino, io.obj_offset, io.len())),
         };
-        let (set, join) = (self.set.clone(), join.clone());
-        // Noted last, when nothing can fail before the op runs: its end is always told.
-        let noted = write
+        // Noted last, when nothing can fail before the op runs: its end is always told
+        // (`ended`).
+        let watched = write
             && self
                 .watch
                 .note_write(dev, ino, io.obj_offset, io.obj_offset + io.len());
-        if noted {
+        if watched {
             // Tests widen the window between a write's note and its landing.
             let _ = faultpoint::check("volume.write-noted");
         }
-        let watch = noted.then(|| self.watch.clone());
-        join.add();
-        Ok(Some(Box::new(DevOp {
-            device: dev,
-            write,
-            fd,
-            retry_fd,
-            offset: io.obj_offset,
-            iov,
-            inline: self.set.dev(dev).ram_backed,
-            not_before,
-            counted: None,
-            on_done: Some(Box::new(move |r: io::Result<()>| {
-                let r = r.map_err(|e| set.io_err(dev, e));
-                if let Some(w) = watch {
-                    w.write_done();
+        Ok(Some(Piece {
+            op: Box::new(DevOp {
+                device: dev,
+                write,
+                fd,
+                retry_fd,
+                offset: io.obj_offset,
+                iov,
+                inline: self.set.dev(dev).ram_backed,
+                not_before,
+                counted: None,
+                on_done: None,
+            }),
+            watched,
+        }))
+    }
+
+    /// The ops of a request `[offset, offset + len)` over the buffer at `base`, one per
+    /// device; `first_error`: the first piece that could not be made.
+    fn pieces(&self, req: Request, offset: u64, len: usize) -> (Vec<Piece>, Option<StripeError>) {
+        let objs = self.objects(req.ino);
+        let plan = req.layout.plan(offset, len);
+        // The rings looked at once per request, not once per piece.
+        let devices: Vec<usize> = {
+            let rings = self.rings.read();
+            plan.iter()
+                .map(|io| rings.device_of_slot(req.layout, io.slot))
+                .collect()
+        };
+        let mut pieces = Vec::with_capacity(plan.len());
+        let mut first_error = None;
+        for (io, dev) in plan.iter().zip(devices) {
+            match self.op_for(&objs, req, io, dev) {
+                Ok(Some(piece)) => pieces.push(piece),
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
-                join.piece_done(set.note_error(dev, write, r));
-            })),
-        })))
+            }
+        }
+        (pieces, first_error)
     }
 
     /// Submits the request `[offset, offset + len)` of the file over the buffer at `base`, one
@@ -172,25 +217,35 @@ impl Volume {
         join: Arc<Join>,
         submitter_waits: bool,
     ) {
-        let objs = self.objects(req.ino);
-        let plan = req.layout.plan(offset, len);
-        // The rings looked at once per request, not once per piece.
-        let devices: Vec<usize> = {
-            let rings = self.rings.read();
-            plan.iter()
-                .map(|io| rings.device_of_slot(req.layout, io.slot))
-                .collect()
-        };
-        let mut ops = Vec::new();
-        for (io, dev) in plan.iter().zip(devices) {
-            match self.op_for(&objs, req, io, dev, &join) {
-                Ok(Some(op)) => ops.push(op),
-                Ok(None) => {}
-                Err(e) => {
-                    join.error.lock().get_or_insert(e);
-                }
-            }
+        let (pieces, error) = self.pieces(req, offset, len);
+        self.submit_pieces(pieces, error, join, submitter_waits)
+    }
+
+    /// Submits a request's pieces, each finishing its part of `join`, and releases the
+    /// submitter's token; `error`: a piece that could not be made.
+    fn submit_pieces(
+        &self,
+        pieces: Vec<Piece>,
+        error: Option<StripeError>,
+        join: Arc<Join>,
+        submitter_waits: bool,
+    ) {
+        if let Some(e) = error {
+            join.error.lock().get_or_insert(e);
         }
+        let ops = pieces
+            .into_iter()
+            .map(|Piece { mut op, watched }| {
+                let (set, join) = (self.set.clone(), join.clone());
+                let watch = watched.then(|| self.watch.clone());
+                let (dev, write) = (op.device, op.write);
+                join.add();
+                op.on_done = Some(Box::new(move |r: io::Result<()>| {
+                    join.piece_done(ended(&set, watch.as_deref(), dev, write, r));
+                }));
+                op
+            })
+            .collect();
         self.engine().submit(ops, submitter_waits);
         join.piece_done(Ok(()));
     }
@@ -317,10 +372,30 @@ impl Volume {
         unsafe { self.engine().complete_lent(user_data, result) }
     }
 
-    /// Submits and waits on this thread: the caller's buffer outlives the request.
+    /// Submits and waits on this thread: the caller's buffer outlives the request. Pieces
+    /// that are copies to and from memory (devices whose files live in RAM, no emulated
+    /// timing) are done here and now, as the engine would do them on this thread anyway,
+    /// without the completion machinery a request in flight needs.
     fn submit_and_wait(&self, req: Request, offset: u64, len: usize) -> Result<()> {
+        let (pieces, error) = self.pieces(req, offset, len);
+        if pieces
+            .iter()
+            .all(|p| p.op.inline && p.op.not_before.is_none())
+        {
+            let mut result = error.map_or(Ok(()), Err);
+            for Piece { op, watched } in pieces {
+                let (dev, write) = (op.device, op.write);
+                let (_, r) = crate::engine::transfer_all(op);
+                let watch = watched.then_some(&*self.watch);
+                let r = ended(&self.set, watch, dev, write, r);
+                if let (Ok(()), Err(e)) = (&result, r) {
+                    result = Err(e);
+                }
+            }
+            return result;
+        }
         let waiter = Arc::new(Waiter::default());
-        self.submit(req, offset, len, waiter.join(), true);
+        self.submit_pieces(pieces, error, waiter.join(), true);
         waiter.wait()
     }
 }
