@@ -114,6 +114,11 @@ impl DevOp {
     }
 
     /// Accounts for one transfer's result: `n` bytes moved, or an error.
+    /// A copy to or from memory that nothing holds back: done on the submitting thread.
+    pub(crate) fn done_on_submitter(&self) -> bool {
+        self.inline && self.not_before.is_none()
+    }
+
     pub fn progress(mut self: Box<Self>, res: io::Result<usize>) -> Step {
         let n = match res {
             Ok(n) => n,
@@ -349,7 +354,7 @@ impl IoEngine {
         }
         // Copies to and from RAM-backed devices that nothing holds back are done before this
         // returns: they never take room in the engine, nor touch its shared count.
-        if ops.iter().all(|op| op.inline && op.not_before.is_none()) {
+        if ops.iter().all(|op| op.done_on_submitter()) {
             for op in ops {
                 run_blocking(&self.timer, op);
             }

@@ -1,5 +1,6 @@
 //! How a request reaches the devices: its pieces, one vectored I/O per device, are
-//! submitted together to the I/O engine and the request completes when its last piece does.
+//! submitted together to the I/O engine and the request completes when its last piece does;
+//! copies to and from devices in memory are done on the calling thread instead.
 
 use super::replace::Watch;
 use super::*;
@@ -21,9 +22,9 @@ struct Piece {
     watched: bool,
 }
 
-/// A piece's outcome, as the request sees it: errors named by device and counted against it,
+/// A piece's outcome as the request sees it: errors named by device and counted against it,
 /// and the replacement's watch told the write ended.
-fn ended(
+fn piece_outcome(
     set: &DeviceSet,
     watch: Option<&Watch>,
     dev: usize,
@@ -82,12 +83,13 @@ struct Waiter {
 }
 
 impl Waiter {
-    fn join(self: &Arc<Self>) -> Arc<Join> {
+    /// What the request calls when it is done: hands the result to `wait`.
+    fn done(self: &Arc<Self>) -> impl FnOnce(Result<()>) + Send + 'static {
         let w = self.clone();
-        Join::new(move |r| {
+        move |r| {
             *w.result.lock() = Some(r);
             w.ready.notify_one();
-        })
+        }
     }
 
     fn wait(&self) -> Result<()> {
@@ -154,7 +156,7 @@ impl Volume {
                 .map(|e| e.book(write, ino, io.obj_offset, io.len())),
         };
         // Noted last, when nothing can fail before the op runs: its end is always told
-        // (`ended`).
+        // (`piece_outcome`).
         let watched = write
             && self
                 .watch
@@ -181,7 +183,7 @@ impl Volume {
     }
 
     /// The ops of a request `[offset, offset + len)` over the buffer at `base`, one per
-    /// device; `first_error`: the first piece that could not be made.
+    /// device, and the error of the first piece that could not be made.
     fn pieces(&self, req: Request, offset: u64, len: usize) -> (Vec<Piece>, Option<StripeError>) {
         let objs = self.objects(req.ino);
         let plan = req.layout.plan(offset, len);
@@ -207,29 +209,31 @@ impl Volume {
     }
 
     /// Submits the request `[offset, offset + len)` of the file over the buffer at `base`, one
-    /// op per device, and releases the submitter's token of `join`. The buffer must stay
-    /// alive and untouched until `join` completes; `submitter_waits` for it or not.
+    /// op per device, and calls `done` with the first error of any piece once the last one is
+    /// done. The buffer must stay alive and untouched until then; `submitter_waits` for it or
+    /// not. Pieces that are copies to and from memory (devices whose files live in RAM, no
+    /// emulated timing) are done here and now, as the engine would do them on this thread
+    /// anyway, without the join and callbacks a request in flight needs.
     fn submit(
         &self,
         req: Request,
         offset: u64,
         len: usize,
-        join: Arc<Join>,
+        done: impl FnOnce(Result<()>) + Send + 'static,
         submitter_waits: bool,
     ) {
         let (pieces, error) = self.pieces(req, offset, len);
-        self.submit_pieces(pieces, error, join, submitter_waits)
-    }
-
-    /// Submits a request's pieces, each finishing its part of `join`, and releases the
-    /// submitter's token; `error`: a piece that could not be made.
-    fn submit_pieces(
-        &self,
-        pieces: Vec<Piece>,
-        error: Option<StripeError>,
-        join: Arc<Join>,
-        submitter_waits: bool,
-    ) {
+        if pieces.iter().all(|p| p.op.done_on_submitter()) {
+            let mut result = error.map_or(Ok(()), Err);
+            for Piece { op, watched } in pieces {
+                let (dev, write) = (op.device, op.write);
+                let (_, r) = crate::engine::transfer_all(op);
+                let watch = watched.then_some(&*self.watch);
+                result = result.and(piece_outcome(&self.set, watch, dev, write, r));
+            }
+            return done(result);
+        }
+        let join = Join::new(done);
         if let Some(e) = error {
             join.error.lock().get_or_insert(e);
         }
@@ -241,7 +245,7 @@ impl Volume {
                 let (dev, write) = (op.device, op.write);
                 join.add();
                 op.on_done = Some(Box::new(move |r: io::Result<()>| {
-                    join.piece_done(ended(&set, watch.as_deref(), dev, write, r));
+                    join.piece_done(piece_outcome(&set, watch.as_deref(), dev, write, r));
                 }));
                 op
             })
@@ -285,7 +289,6 @@ impl Volume {
             target.len()
         );
         let base = target.as_mut_ptr();
-        let join = Join::new(move |r| done(into, r));
         self.submit(
             Request {
                 ino,
@@ -295,7 +298,7 @@ impl Volume {
             },
             offset,
             len,
-            join,
+            move |r| done(into, r),
             false,
         );
     }
@@ -313,10 +316,10 @@ impl Volume {
         let bytes = data.source();
         // Writes only read the buffer.
         let (base, len) = (bytes.as_ptr() as *mut u8, bytes.len());
-        let join = Join::new(move |r| {
+        let done = move |r| {
             drop(data);
             done(r)
-        });
+        };
         self.submit(
             Request {
                 ino,
@@ -326,7 +329,7 @@ impl Volume {
             },
             offset,
             len,
-            join,
+            done,
             false,
         );
     }
@@ -372,30 +375,10 @@ impl Volume {
         unsafe { self.engine().complete_lent(user_data, result) }
     }
 
-    /// Submits and waits on this thread: the caller's buffer outlives the request. Pieces
-    /// that are copies to and from memory (devices whose files live in RAM, no emulated
-    /// timing) are done here and now, as the engine would do them on this thread anyway,
-    /// without the completion machinery a request in flight needs.
+    /// Submits and waits on this thread: the caller's buffer outlives the request.
     fn submit_and_wait(&self, req: Request, offset: u64, len: usize) -> Result<()> {
-        let (pieces, error) = self.pieces(req, offset, len);
-        if pieces
-            .iter()
-            .all(|p| p.op.inline && p.op.not_before.is_none())
-        {
-            let mut result = error.map_or(Ok(()), Err);
-            for Piece { op, watched } in pieces {
-                let (dev, write) = (op.device, op.write);
-                let (_, r) = crate::engine::transfer_all(op);
-                let watch = watched.then_some(&*self.watch);
-                let r = ended(&self.set, watch, dev, write, r);
-                if let (Ok(()), Err(e)) = (&result, r) {
-                    result = Err(e);
-                }
-            }
-            return result;
-        }
         let waiter = Arc::new(Waiter::default());
-        self.submit_pieces(pieces, error, waiter.join(), true);
+        self.submit(req, offset, len, waiter.done(), true);
         waiter.wait()
     }
 }
