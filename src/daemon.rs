@@ -377,12 +377,11 @@ fn serve(
             mountcfg::UringAffinity::Any => false,
             mountcfg::UringAffinity::Auto => in_memory,
         },
-        // Over disks two threads take turns on each queue: an application's requests all
-        // come to its CPU's queue, and one thread submitting every write of a Q32 job
-        // held it back (measured in the README).
+        // Over disks two threads share each queue (0 is one per queue): an application's
+        // requests all come to its CPU's queue, and one thread submitting every write of a
+        // Q32 job held it back (measured in the README).
         threads: match u.threads {
-            0 if in_memory => fusewire::uring::kernel_queues(),
-            0 => 2 * fusewire::uring::kernel_queues(),
+            0 if !in_memory => 2 * fusewire::uring::kernel_queues(),
             n => n,
         },
         ..u

@@ -113,12 +113,13 @@ impl DevOp {
         self.fd.as_raw_fd()
     }
 
-    /// Accounts for one transfer's result: `n` bytes moved, or an error.
-    /// A copy to or from memory that nothing holds back: done on the submitting thread.
+    /// A copy to or from memory that nothing holds back: done on the submitting thread, by
+    /// the volume before a request reaches the engine (`Volume::submit`).
     pub(crate) fn done_on_submitter(&self) -> bool {
         self.inline && self.not_before.is_none()
     }
 
+    /// Accounts for one transfer's result: `n` bytes moved, or an error.
     pub fn progress(mut self: Box<Self>, res: io::Result<usize>) -> Step {
         let n = match res {
             Ok(n) => n,
@@ -350,14 +351,6 @@ impl IoEngine {
     /// `submitter_waits` for them, else to the engine's own.
     pub fn submit(&self, mut ops: Vec<Box<DevOp>>, submitter_waits: bool) {
         if ops.is_empty() {
-            return;
-        }
-        // Copies to and from RAM-backed devices that nothing holds back are done before this
-        // returns: they never take room in the engine, nor touch its shared count.
-        if ops.iter().all(|op| op.done_on_submitter()) {
-            for op in ops {
-                run_blocking(&self.timer, op);
-            }
             return;
         }
         let idle = self.in_flight.enter(ops.len()) && this_thread_may_block();

@@ -211,9 +211,10 @@ impl Volume {
     /// Submits the request `[offset, offset + len)` of the file over the buffer at `base`, one
     /// op per device, and calls `done` with the first error of any piece once the last one is
     /// done. The buffer must stay alive and untouched until then; `submitter_waits` for it or
-    /// not. Pieces that are copies to and from memory (devices whose files live in RAM, no
-    /// emulated timing) are done here and now, as the engine would do them on this thread
-    /// anyway, without the join and callbacks a request in flight needs.
+    /// not. A request whose pieces are all copies to and from memory (devices whose files
+    /// live in RAM, no emulated timing) is done here and now, on this thread as the engine
+    /// would do them, without the join and callbacks a request in flight needs, nor taking
+    /// room in the engine or touching its shared count.
     fn submit(
         &self,
         req: Request,
