@@ -9,13 +9,13 @@
 //! flight the worker waits in read(2) on a second, blocking clone: a lone request's cheapest
 //! wake-up, where the poll adds a step (its completion, then the read).
 
+use crate::lent_ring::{new_ring, offload, Job, RingCtx, Uring, FS_BIT};
 use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
 use crate::request;
 use crate::session::{
     clone_fd, decode_message, free_space, read_message, serve, Filesystem, Read, Shared,
 };
-use crate::uring::{new_ring, offload, Job, RingCtx, Uring, FS_BIT};
 use io_uring::{opcode, squeue, types};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};

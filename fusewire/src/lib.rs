@@ -6,6 +6,7 @@
 
 pub mod abi;
 mod dev_ring;
+mod lent_ring;
 pub mod mount;
 mod payload;
 pub mod reply;
@@ -15,8 +16,9 @@ pub mod uring;
 
 /// The io_uring crate fusewire builds on, for SQEs given to [`RingCtx::push`].
 pub use io_uring;
+pub use lent_ring::RingCtx;
 pub use payload::Payload;
 pub use reply::{DataReply, DirBuf, Entry, Reply, ReplySink};
 pub use request::{Operation, Request};
 pub use session::{Config, Filesystem, InitInfo, Notifier, Running, Session};
-pub use uring::{RingCtx, UringConfig};
+pub use uring::UringConfig;

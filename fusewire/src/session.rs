@@ -5,10 +5,11 @@
 
 use crate::abi::{self, *};
 use crate::dev_ring;
+use crate::lent_ring::{self, RingCtx};
 use crate::payload::MsgBuf;
 use crate::reply::{DevSink, Reply};
 use crate::request::{self, Operation, Proto, ReadInto, Request};
-use crate::uring::{self, RingCtx, UringConfig};
+use crate::uring::{self, UringConfig};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -370,7 +371,8 @@ impl<F: Filesystem> Session<F> {
         let _ = self.info.set(info);
         // Requests a worker waiting on its own ring must not run (`Filesystem::runs_on_ring`)
         // go to an offload thread, as over io_uring.
-        let offload = match (self.config.dev_ring && ring.is_none()).then(uring::start_offload) {
+        let offload = match (self.config.dev_ring && ring.is_none()).then(lent_ring::start_offload)
+        {
             Some(Ok(o)) => Some(o),
             Some(Err(e)) => {
                 log::warn!("fuse offload thread: {e}; the workers wait in read(2)");
@@ -408,7 +410,7 @@ impl<F: Filesystem> Session<F> {
             }
         }
         if let Some(offload) = offload {
-            uring::stop_offload(offload);
+            lent_ring::stop_offload(offload);
         }
         if let Some(r) = ring {
             r.stop();
@@ -582,7 +584,7 @@ fn work<F: Filesystem>(
     fd: impl FnOnce() -> Arc<OwnedFd>,
     shared: &Arc<Shared<F>>,
     size: usize,
-    offload: Option<&std::sync::mpsc::Sender<uring::Job>>,
+    offload: Option<&std::sync::mpsc::Sender<lent_ring::Job>>,
 ) -> io::Result<()> {
     if let Some(offload) = offload {
         match dev_ring::Worker::new(i, session) {

@@ -64,7 +64,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
     if remounting {
         // mount(8) passes the source too; `stripefs mount -o remount MNT` does not.
         let target = mountpoint.as_ref().unwrap_or(&config);
-        daemon::remount(target, options.as_deref().unwrap_or_default())?;
+        crate::mount::options::remount(target, options.as_deref().unwrap_or_default())?;
         return Ok(0);
     }
     let Some(mountpoint) = mountpoint else {
@@ -99,7 +99,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
         warn_shared_filesystems(&cfg.volume.devices);
     }
     if let Some(o) = &options {
-        daemon::apply_mount_options(&mut cfg, o)?;
+        crate::mount::options::apply_mount_options(&mut cfg, o)?;
     }
     daemon::clear_mountpoint(&mountpoint)?;
     crate::mount::busy::wait_for_unmounting_daemon(&cfg, Duration::from_secs(10))?;

@@ -1,9 +1,10 @@
 //! A file's ranges beyond read and write: where its data is (SEEK_DATA, SEEK_HOLE, st_blocks),
-//! copy_file_range, and fallocate's zeroing, collapsing and inserting.
+//! copy_file_range, a new size (truncate), and fallocate's reserving, punching, zeroing,
+//! collapsing and inserting.
 
 use super::{io_error, Caller, Engine};
 use crate::error::{errno, Error, Result};
-use crate::namespace::{Inode, Kind};
+use crate::namespace::{Inode, Kind, SetAttr};
 use mountcfg::Direction;
 use stripe::{Layout, Seek};
 
@@ -205,5 +206,119 @@ impl Engine {
                 .shifted_copy(object, to, &layout, offset, len, insert)
         })
         .map(|_| ())
+    }
+
+    /// Sets a file's size (`attrs.size`) with the other attribute changes of the same call.
+    /// A shrink makes the new size durable before the cache and the objects are cut: a crash
+    /// in between leaves the new size with data past it, which the next mount's sweep trims,
+    /// never the old size over data already cut.
+    pub fn set_size(&self, ino: u64, attrs: &SetAttr) -> Result<Inode> {
+        let Some(size) = attrs.size else {
+            return self.ns.setattr(ino, attrs);
+        };
+        let lock = self.io_lock(ino);
+        let _alone = lock.write();
+        let (inode, layout) = self.file(ino)?;
+        self.check_size(&layout, size)?;
+        self.finish_cut(&inode, &layout)?;
+        let now = self.ns.setattr(ino, attrs)?;
+        if size < inode.size {
+            // Pending from the moment the new size stands in memory: if it cannot be made
+            // durable now, whatever grows the file later makes it durable and cuts first, so
+            // the old bytes never show past the new end.
+            self.pending_cuts.lock().insert(ino);
+            self.commit()?;
+            faultpoint::fault_point!("engine.truncate-size-durable");
+            self.finish_cut(&now, &layout)?;
+        }
+        Ok(now)
+    }
+
+    pub fn fallocate(
+        &self,
+        caller: Caller,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<()> {
+        use libc::{
+            FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+            FALLOC_FL_KEEP_SIZE as KEEP_SIZE, FALLOC_FL_PUNCH_HOLE as PUNCH,
+            FALLOC_FL_ZERO_RANGE as ZERO,
+        };
+        if mode & !(KEEP_SIZE | PUNCH | ZERO | COLLAPSE | INSERT) != 0 {
+            return errno(libc::EOPNOTSUPP);
+        }
+        // The combinations fallocate(2) allows.
+        match mode {
+            COLLAPSE | INSERT => {
+                return self.shift_range(caller, ino, offset, len, mode == INSERT);
+            }
+            0 | KEEP_SIZE | ZERO => {}
+            m if m == PUNCH | KEEP_SIZE || m == ZERO | KEEP_SIZE => {}
+            _ => return errno(libc::EINVAL),
+        }
+        let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
+        let lock = self.io_lock(ino);
+        // A punch or zeroing drops the range from the cache: alone, so no write (mmap or
+        // writeback-cache flushes do not hold the kernel's inode lock) lands in between.
+        let punch = mode & (PUNCH | ZERO) != 0;
+        let (_shared, _alone) = if punch {
+            (None, Some(lock.write()))
+        } else {
+            (Some(lock.read()), None)
+        };
+        let (inode, layout) = self.file(ino)?;
+        self.check_size(&layout, end)?;
+        if end > inode.size {
+            self.finish_cut(&inode, &layout)?;
+        }
+        self.drop_setid(&inode, caller)?;
+        // Punching past the end of file changes nothing.
+        let end_in_file = if mode & PUNCH != 0 {
+            end.min(inode.size)
+        } else {
+            end
+        };
+        let devices = || -> Result<()> {
+            if end_in_file <= offset {
+                return Ok(());
+            }
+            let apply = |mode| {
+                self.volume
+                    .fallocate(inode.object, &layout, offset, end_in_file - offset, mode)
+            };
+            match apply(mode) {
+                // The space of deleted files comes back with the next commit: take it now,
+                // as ext4 reuses freed blocks at once, and try again.
+                Err(e) if e.errno() == libc::ENOSPC && mode & PUNCH == 0 => {
+                    self.commit()?;
+                    apply(mode)?;
+                }
+                // A device's filesystem without ZERO_RANGE (tmpfs): a hole, then blocks.
+                Err(e) if e.errno() == libc::EOPNOTSUPP && mode & ZERO != 0 => {
+                    apply(PUNCH | KEEP_SIZE)?;
+                    apply(KEEP_SIZE)?;
+                }
+                r => r?,
+            }
+            Ok(())
+        };
+        match (self.cached(), punch) {
+            // Only the range leaves the cache (its dirty sectors dropped, not written back),
+            // its lines held while the devices punch it, so nothing refills the hole.
+            (Some((_, cache)), true) => cache.discard(
+                inode.object,
+                offset,
+                end_in_file.saturating_sub(offset),
+                devices,
+            )?,
+            _ => devices()?,
+        }
+        if mode & KEEP_SIZE == 0 && end > inode.size {
+            self.ns.note_write(ino, end)?;
+        }
+        Ok(())
     }
 }
