@@ -361,3 +361,53 @@ mod store_faults {
         v.assert_fsck_clean("after the store failed and came back");
     }
 }
+
+/// Device 0 on a filesystem too small for the namespace's reserve (which needs twice its 4 MiB
+/// free to be made): mkfs and mount say so, naming the directory, and the volume then does
+/// what they said (new names refused with ENOSPC) while it mounts, lists and unmounts as ever.
+#[test]
+fn a_device_0_too_small_for_the_namespace_reserve_is_named_at_mkfs_and_mount() {
+    let root = tempfile::tempdir().unwrap();
+    let devices: Vec<PathBuf> = (0..2).map(|i| root.path().join(format!("d{i}"))).collect();
+    let mut tmpfs = Vec::new();
+    for (d, size) in devices.iter().zip(["6m", "64m"]) {
+        fs::create_dir(d).unwrap();
+        tmpfs.push(Tmpfs::over(d, size));
+    }
+    let d0 = devices[0].display().to_string();
+    let mut v = TestVolume::on(root, devices, "64K", "");
+    let said = |out: &std::process::Output, what: &str| {
+        assert!(out.status.success(), "{what}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("warning") && err.contains(&d0) && err.contains("in reserve"),
+            "{what} names the short filesystem: {err}"
+        );
+    };
+    said(&stripefs(&["mkfs", "--force", v.cfg()]), "mkfs");
+    let mount = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    v.umount_on_drop();
+    said(&mount, "mount");
+    let e = File::create(v.path("a")).unwrap_err();
+    no_room(&e, "a new name with the reserve short");
+    assert_eq!(fs::read_dir(&v.mnt).unwrap().count(), 0);
+    v.umount();
+    drop(tmpfs);
+}
+
+/// A device 0 with room for the reserve: neither mkfs nor mount warns about it.
+#[test]
+fn a_device_0_with_room_for_the_reserve_gets_no_warning() {
+    let s = SmallVolume::new(1, "16m");
+    let mut v = s.v;
+    let out = stripefs(&["mkfs", "--force", v.cfg()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("in reserve"));
+    let mount = stripefs(&["mount", v.cfg(), v.mnt_str()]);
+    v.umount_on_drop();
+    assert!(mount.status.success(), "{mount:?}");
+    assert!(!String::from_utf8_lossy(&mount.stderr).contains("in reserve"));
+    fs::write(v.path("a"), b"x").unwrap();
+    v.umount();
+    drop(s._devices);
+}

@@ -97,6 +97,7 @@ pub fn mount(args: MountArgs) -> Result<i32> {
     }
     if ready_fd.is_none() {
         warn_shared_filesystems(&cfg.volume.devices);
+        warn_namespace_reserve(&namespace_path(&cfg));
     }
     if let Some(o) = &options {
         crate::mount::options::apply_mount_options(&mut cfg, o)?;
@@ -351,8 +352,16 @@ fn mkfs_with(config: &Path, force: bool, warn: bool) -> Result<()> {
     }
     if warn {
         warn_shared_filesystems(&cfg.volume.devices);
+        warn_namespace_reserve(&ns_path);
     }
     Ok(())
+}
+
+/// Warns when the namespace's filesystem is too small for its reserve.
+fn warn_namespace_reserve(ns_path: &Path) {
+    if let Some(w) = Namespace::reserve_shortfall(ns_path) {
+        eprintln!("stripefs: warning: {w}");
+    }
 }
 
 /// The devices as `lfs df` shows its targets: what stripefs keeps on each (objects, bytes,

@@ -115,6 +115,26 @@ impl Reserve {
     }
 }
 
+/// Why the store at `store` has no reserve and cannot make one now (its filesystem has less
+/// than twice the reserve free, as a tiny device 0 has from the start), for mkfs and mount to
+/// warn: until there is room, the namespace refuses to grow.
+pub(super) fn shortfall(store: &Path) -> Option<String> {
+    let r = Reserve::of(store);
+    let (want, held) = (r.size(), r.held());
+    let free = free_bytes(&r.path);
+    if held >= want || free >= 2 * (want - held) {
+        return None;
+    }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let dir = r.path.parent().unwrap_or(Path::new("/"));
+    Some(format!(
+        "{} has {} free: the namespace keeps {} there in reserve (so that deletes still commit          on a full disk) and needs twice that free to make it; until there is room, new files,          directories and extended attributes are refused (ENOSPC). Give device 0 (or          [volume] meta) a larger filesystem",
+        dir.display(),
+        mib(free),
+        mib(want)
+    ))
+}
+
 /// Free bytes for an unprivileged writer on the filesystem holding `path` (or its directory).
 pub(super) fn free_bytes(path: &Path) -> u64 {
     let dir = path.parent().filter(|_| !path.exists()).unwrap_or(path);

@@ -216,6 +216,12 @@ impl Namespace {
         Ok(())
     }
 
+    /// Why the store at `path` cannot keep its reserve, if it cannot (see `reserve`): mkfs
+    /// and mount say so.
+    pub fn reserve_shortfall(path: &Path) -> Option<String> {
+        reserve::shortfall(path)
+    }
+
     /// Opens a volume's namespace store and loads it into memory. A damaged store is an error
     /// naming the file, never a panic, and is left as it was: it is recovered (after a crash),
     /// checked (every checksum) and loaded over an in-memory overlay first, and opened for
