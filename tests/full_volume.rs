@@ -380,7 +380,10 @@ fn a_device_0_too_small_for_the_namespace_reserve_is_named_at_mkfs_and_mount() {
         assert!(out.status.success(), "{what}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("warning") && err.contains(&d0) && err.contains("in reserve"),
+            err.contains("warning")
+                && err.contains(&d0)
+                && err.contains("in reserve")
+                && !err.contains("  "),
             "{what} names the short filesystem: {err}"
         );
     };

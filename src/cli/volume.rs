@@ -341,8 +341,13 @@ fn mkfs_with(config: &Path, force: bool, warn: bool) -> Result<()> {
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Namespace::format(&ns_path, uuid, uid, gid)?;
     println!(
-        "stripefs volume {uuid}: {} devices, stripe_size={} width={}, namespace in {}",
+        "stripefs volume {uuid}: {} device{}, stripe_size={} width={}, namespace in {}",
         cfg.volume.devices.len(),
+        if cfg.volume.devices.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         mountcfg::format_size(cfg.volume.stripe_size as u64),
         cfg.width(),
         ns_path.display()

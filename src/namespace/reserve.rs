@@ -128,7 +128,10 @@ pub(super) fn shortfall(store: &Path) -> Option<String> {
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let dir = r.path.parent().unwrap_or(Path::new("/"));
     Some(format!(
-        "{} has {} free: the namespace keeps {} there in reserve (so that deletes still commit          on a full disk) and needs twice that free to make it; until there is room, new files,          directories and extended attributes are refused (ENOSPC). Give device 0 (or          [volume] meta) a larger filesystem",
+        "{} has {} free: the namespace keeps {} there in reserve (so that deletes still commit \
+         on a full disk) and needs twice that free to make it; until there is room, new files, \
+         directories and extended attributes are refused (ENOSPC). Give device 0 (or \
+         [volume] meta) a larger filesystem",
         dir.display(),
         mib(free),
         mib(want)
