@@ -10,7 +10,8 @@
 # on a disk), TRANSPORT (dev or uring, or both: "dev uring" runs each build over each; uring
 # needs /sys/module/fuse/parameters/enable_uring = Y), VARIANTS ('|'-separated [mount] lines:
 # each build runs once per variant, e.g. VARIANTS='uring_threads = 0|uring_depth = 64'), EXTRA
-# ([mount] lines for every run, \n-separated), RW, BS, QD, RUNTIME (seconds), ROUNDS.
+# ([mount] lines for every run, \n-separated), RW, BS, QD, RUNTIME (seconds), ROUNDS, FIO_CPUS
+# (fio's cpus_allowed, e.g. 0: the load kept to one CPU, as `stripefs bench --cpus`).
 # Needs root and fio.
 set -euo pipefail
 BINS=${BINS:?BINS: the stripefs binaries to compare}
@@ -24,6 +25,7 @@ RW=${RW:-randread}
 BS=${BS:-4k}
 QD=${QD:-32}
 RUNTIME=${RUNTIME:-4}
+FIO_CPUS=${FIO_CPUS:-}
 ROUNDS=${ROUNDS:-3}
 command -v fio >/dev/null || { echo "fio is needed (apt-get install fio)" >&2; exit 1; }
 IFS='|' read -r -a variants <<< "$VARIANTS"
@@ -83,7 +85,7 @@ for round in $(seq "$ROUNDS"); do
     cpu0=$(ticks)
     iops=$(fio --name=ab --filename="$file" --size=256M --rw="$RW" --bs="$BS" --iodepth="$QD" \
       --numjobs=1 --ioengine=libaio --direct=1 --runtime="$RUNTIME" --time_based \
-      --norandommap --randrepeat=0 --output-format=json 2>/dev/null |
+      --norandommap --randrepeat=0 ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS} --output-format=json 2>/dev/null |
       python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print("%.0f" % (j["read"]["iops"] + j["write"]["iops"]))')
     cpu1=$(ticks)
     truns[$i]="${truns[$i]} $iops/$(( cpu1 - cpu0 ))/${pid:-none}"
@@ -91,7 +93,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round ${tlabel[$i]}: $iops IOPS" >&2
   done
 done
-echo "$RW $BS Q$QD, $DEVICES devices, transport $TRANSPORT, device I/O $DEVICE_IO, $ROUNDS rounds of ${RUNTIME}s (median [rounds])"
+echo "$RW $BS Q$QD, $DEVICES devices, transport $TRANSPORT, device I/O $DEVICE_IO, $ROUNDS rounds of ${RUNTIME}s (median [rounds])${FIO_CPUS:+, fio on CPU $FIO_CPUS}"
 for i in "${!tbin[@]}"; do
   # shellcheck disable=SC2086 # one argument per run
   python3 - "${tlabel[$i]}" "$RUNTIME" ${truns[$i]} <<'PY'

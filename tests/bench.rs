@@ -196,6 +196,14 @@ fn bench_refuses_bad_arguments() {
             "--emulate floppy",
         ),
         (vec!["bench", "preset", "nope"], "unknown preset"),
+        (
+            vec!["bench", "/tmp", "--cpus", "1-0"],
+            "--cpus 1-0: a range",
+        ),
+        (
+            vec!["bench", "/tmp", "--cpus", "1023"],
+            "CPU 1023 not available",
+        ),
     ] {
         let out = stripefs(&args);
         assert!(!out.status.success(), "{args:?}");
@@ -820,4 +828,56 @@ fn the_fio_cross_check_runs_after_each_engine_run_and_reports_the_median() {
         "{result}"
     );
     assert!(!dir.path().join("stripefs-bench.dat").exists());
+}
+
+/// `--cpus` keeps the load on the CPUs named, with fio (compare drives fio where it is
+/// installed: a bad `cpus_allowed` would fail it) as with the engine; the header and the JSON
+/// say so, and the CSV keys its rows by it.
+#[test]
+fn the_load_kept_to_one_cpu_is_said_in_the_header_json_and_csv() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    fs::create_dir(&a).unwrap();
+    fs::create_dir(&b).unwrap();
+    let csv = root.path().join("r.csv");
+    let args = |cmd: &[&str], json: bool| {
+        let mut v: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        v.extend(
+            ["--cpus", "0", "--size", "4M", "--duration", "300ms"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        v.extend(["--profile", "custom:rw=randread,bs=4K,qd=1"].map(String::from));
+        if json {
+            v.push("--json".into());
+        }
+        v
+    };
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    for cmd in [vec!["bench", "compare", a, b], vec!["bench", a]] {
+        let v = args(&cmd, false);
+        let out = stripefs(&v.iter().map(String::as_str).collect::<Vec<_>>());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd:?}: {err}");
+        assert!(
+            text.contains("load kept to CPU 0 (--cpus)"),
+            "{cmd:?}: {text}"
+        );
+    }
+    let mut run = args(&["bench", a], true);
+    run.extend(["--csv".to_string(), csv.display().to_string()]);
+    let out = stripefs(&run.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["cpus"], "0");
+    let jsonl = fs::read_to_string(root.path().join("r.jsonl")).unwrap();
+    assert!(
+        jsonl.lines().all(|l| l.contains(r#""cpus":"0""#)),
+        "{jsonl}"
+    );
 }

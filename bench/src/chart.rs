@@ -299,6 +299,7 @@ mod tests {
             runs: 1,
             direct: true,
             measured_by: "engine".into(),
+            cpus: None,
             baseline: Some(target(0, 0, 500.0)).map(|mut t| {
                 t.stripe_size = None;
                 t.width = None;

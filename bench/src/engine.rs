@@ -4,6 +4,7 @@
 //! scheduler. Where io_uring is not allowed (old kernels, seccomp, `io_uring_disabled`), or
 //! with `STRIPEFS_BENCH_ENGINE=threads`, one blocking worker per queue slot does it instead.
 
+use crate::cpus::CpuList;
 use crate::profile::{Dir, Job, Pattern};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -16,13 +17,15 @@ use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How each test runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct RunSpec {
     /// Size of the test file.
     pub size: u64,
     pub duration: Duration,
     /// O_DIRECT (falls back to buffered where the target refuses it; the result says so).
     pub direct: bool,
+    /// The CPUs the load runs on (its threads, or fio's `cpus_allowed`); `None`: any.
+    pub cpus: Option<CpuList>,
 }
 
 /// What one test measured.
@@ -416,9 +419,13 @@ pub fn run(
                 let cursor = &cursors[w * job.threads / workers];
                 let (barrier, deadline, sh) = (&barrier, &deadline, &sh);
                 let seed = 0x9E3779B97F4A7C15u64 ^ (w as u64 + 1).wrapping_mul(0xBF58476D1CE4E5B9);
+                let cpus = spec.cpus.as_ref();
                 scope.spawn(move || -> io::Result<Done> {
+                    // Every worker meets the barrier, pinned or not: the others wait for it.
+                    let pinned = cpus.map_or(Ok(()), CpuList::pin_this_thread);
                     barrier.wait();
                     let end = *deadline.wait();
+                    pinned.map_err(|e| io::Error::new(e.kind(), format!("--cpus: {e}")))?;
                     if uring {
                         uring_worker(&f, sh, slots, cursor, seed, end)
                     } else {
@@ -523,6 +530,7 @@ mod tests {
             size: 8 << 20,
             duration: Duration::from_millis(300),
             direct: false,
+            cpus: None,
         };
         let stop = AtomicBool::new(false);
         let job = Job::new(Pattern::Rand, 4096, 8, 2);
@@ -561,6 +569,7 @@ mod tests {
             size: 4 << 20,
             duration: Duration::from_millis(200),
             direct: true,
+            cpus: None,
         };
         let stop = AtomicBool::new(false);
         for read in [true, false] {
@@ -590,6 +599,7 @@ mod tests {
             size: 4 << 20,
             duration: Duration::from_millis(300),
             direct: false,
+            cpus: None,
         };
         let job = crate::profile::parse("custom:rw=randrw,rwmixread=70,bs=4K,qd=4")
             .unwrap()
@@ -608,6 +618,7 @@ mod tests {
             size: 1 << 20,
             duration: Duration::from_secs(3600),
             direct: false,
+            cpus: None,
         };
         let stop = AtomicBool::new(true);
         let m = run(

@@ -93,6 +93,8 @@ fn fio(
         // storage (zram: SEQ1M write 0.25x) measures the data instead of the I/O.
         .arg("--scramble_buffers=0")
         .arg(format!("--direct={}", u8::from(spec.direct)))
+        .arg("--lat_percentiles=1")
+        .args(spec.cpus.as_ref().map(|c| format!("--cpus_allowed={c}")))
         .arg(format!("--runtime={:.3}", spec.duration.as_secs_f64()))
         .args(["--time_based", "--group_reporting", "--output-format=json"])
         .output()
@@ -137,7 +139,15 @@ pub fn parse(json: &str, dir: Dir, block_size: u64, direct: bool) -> io::Result<
         .map(|s| s["io_bytes"].as_u64().unwrap_or(0))
         .sum::<u64>();
     let seconds = side["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
-    let pct = |p: &str| side["clat_ns"]["percentile"][p].as_f64().unwrap_or(0.0) / 1000.0;
+    // The mean is of the whole latency (submission and completion), and so are the
+    // percentiles where fio gives them (`--lat_percentiles=1`); else the completion's. With
+    // libaio on a device that completes at submission (tmpfs), the completion latency alone
+    // is a fraction of a microsecond: a p99 below the mean.
+    let percentiles = match &side["lat_ns"]["percentile"] {
+        serde_json::Value::Object(_) => &side["lat_ns"]["percentile"],
+        _ => &side["clat_ns"]["percentile"],
+    };
+    let pct = |p: &str| percentiles[p].as_f64().unwrap_or(0.0) / 1000.0;
     let ops_of = |s: &serde_json::Value| s["io_bytes"].as_u64().unwrap_or(0) / block_size.max(1);
     let (read_ops, write_ops) = match dir {
         Dir::Read => (ops_of(r), 0),
@@ -176,5 +186,11 @@ mod tests {
         assert_eq!(m.mean_us, 2.0);
         assert_eq!(m.p99_us, 8.0);
         assert_eq!(m.seconds, 0.2);
+        // With --lat_percentiles=1 the percentiles are of the whole latency, as the mean.
+        let json = r#"{"jobs":[{"read":{"io_bytes":4096,"bw_bytes":1,"iops":1.0,"runtime":1,
+ "lat_ns":{"mean":9000.0,"percentile":{"99.000000":12000}},
+ "clat_ns":{"percentile":{"99.000000":600}}}}]}"#;
+        let m = super::parse(json, crate::profile::Dir::Read, 4096, true).unwrap();
+        assert_eq!((m.mean_us, m.p99_us), (9.0, 12.0));
     }
 }

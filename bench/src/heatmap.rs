@@ -288,6 +288,7 @@ mod tests {
             runs: 1,
             direct: true,
             measured_by: "engine".into(),
+            cpus: None,
             baseline: None,
             targets: vec![
                 target(8192, 4, 300.0),

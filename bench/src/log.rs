@@ -3,6 +3,7 @@
 //! stopped (Ctrl-C, SIGTERM, a crash) loses nothing it finished. A later run given the same
 //! file resumes: rows already there, keyed by their parameters, are not measured again.
 
+use crate::engine::RunSpec;
 use crate::report::{csv_row, Target, TestResult, CSV_HEADER};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -16,26 +17,25 @@ pub struct Record {
     /// The row's parameters, as `key` makes them; what a resumed run matches on.
     pub key: String,
     pub baseline: bool,
-    /// Test file size and O_DIRECT of the run.
+    /// Test file size, O_DIRECT and the load's CPUs (`--cpus`) of the run.
     pub size: u64,
     pub direct: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
     /// The target, without results.
     pub target: Target,
     pub result: TestResult,
 }
 
 /// The key of a row: everything that makes it a different measurement (the target as labelled
-/// and configured, the test, the test file size and I/O mode).
-pub fn key(
-    t: &Target,
-    baseline: bool,
-    test: &str,
-    direction: &str,
-    size: u64,
-    direct: bool,
-) -> String {
+/// and configured, the test, the test file size, I/O mode and the load's CPUs).
+pub fn key(t: &Target, baseline: bool, test: &str, direction: &str, run: &RunSpec) -> String {
+    let cpus = match &run.cpus {
+        Some(c) => format!("|cpus {c}"),
+        None => String::new(), // as rows were keyed before --cpus
+    };
     format!(
-        "{baseline}|{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{test}|{direction}|{size}|{}",
+        "{baseline}|{}|{:?}|{:?}|{:?}|{}|{:?}|{}|{test}|{direction}|{}|{}{cpus}",
         t.label,
         t.devices,
         t.stripe_size,
@@ -43,8 +43,35 @@ pub fn key(
         t.cache.as_deref().unwrap_or("none"),
         t.controller_cache,
         t.emulated.join(";"),
-        if direct { "direct" } else { "buffered" }
+        run.size,
+        if run.direct { "direct" } else { "buffered" }
     )
+}
+
+/// What a baseline's row must share with a row to be its ratio's denominator.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Conditions {
+    size: u64,
+    direct: bool,
+    cpus: Option<String>,
+}
+
+impl Conditions {
+    fn of_record(r: &Record) -> Conditions {
+        Conditions {
+            size: r.size,
+            direct: r.direct,
+            cpus: r.cpus.clone(),
+        }
+    }
+
+    fn of_run(run: &RunSpec) -> Conditions {
+        Conditions {
+            size: run.size,
+            direct: run.direct,
+            cpus: run.cpus.as_ref().map(|c| c.to_string()),
+        }
+    }
 }
 
 /// The CSV and JSON Lines files of a run, open for appending.
@@ -54,8 +81,8 @@ pub struct ResultLog {
     csv: File,
     jsonl: File,
     done: HashMap<String, Record>,
-    /// Baseline MB/s by (test, direction, size, direct), for the ratio column.
-    base: HashMap<(String, String, u64, bool), f64>,
+    /// Baseline MB/s by test, direction and run conditions, for the ratio column.
+    base: HashMap<(String, String, Conditions), f64>,
     /// Rows this run appended.
     pub appended: usize,
 }
@@ -151,7 +178,7 @@ impl ResultLog {
         if records.len() == rows + 1 {
             // Killed between the JSON line and its CSV row: the row is written now.
             let r = &records[rows];
-            let base = log.base_of(&r.result, r.size, r.direct);
+            let base = log.base_of(&r.result, Conditions::of_record(r));
             let mut row = csv_row(
                 &r.target,
                 r.baseline,
@@ -181,8 +208,7 @@ impl ResultLog {
                 (
                     r.result.test.clone(),
                     r.result.direction.clone(),
-                    r.size,
-                    r.direct,
+                    Conditions::of_record(&r),
                 ),
                 r.result.median.mb_per_s,
             );
@@ -202,17 +228,16 @@ impl ResultLog {
         baseline: bool,
         test: &str,
         direction: &str,
-        size: u64,
-        direct: bool,
+        run: &RunSpec,
     ) -> Option<TestResult> {
         self.done
-            .get(&key(t, baseline, test, direction, size, direct))
+            .get(&key(t, baseline, test, direction, run))
             .map(|r| r.result.clone())
     }
 
-    fn base_of(&self, r: &TestResult, size: u64, direct: bool) -> Option<f64> {
+    fn base_of(&self, r: &TestResult, c: Conditions) -> Option<f64> {
         self.base
-            .get(&(r.test.clone(), r.direction.clone(), size, direct))
+            .get(&(r.test.clone(), r.direction.clone(), c))
             .copied()
     }
 
@@ -222,15 +247,15 @@ impl ResultLog {
         t: &Target,
         baseline: bool,
         r: &TestResult,
-        size: u64,
-        direct: bool,
+        run: &RunSpec,
     ) -> io::Result<()> {
-        let base = self.base_of(r, size, direct);
+        let base = self.base_of(r, Conditions::of_run(run));
         let record = Record {
-            key: key(t, baseline, &r.test, &r.direction, size, direct),
+            key: key(t, baseline, &r.test, &r.direction, run),
             baseline,
-            size,
-            direct,
+            size: run.size,
+            direct: run.direct,
+            cpus: run.cpus.as_ref().map(|c| c.to_string()),
             target: Target {
                 results: Vec::new(),
                 ..t.clone()
@@ -274,6 +299,15 @@ mod tests {
         }
     }
 
+    fn run(size: u64, direct: bool, cpus: Option<crate::CpuList>) -> RunSpec {
+        RunSpec {
+            size,
+            direct,
+            cpus,
+            ..RunSpec::default()
+        }
+    }
+
     #[test]
     fn rows_survive_a_torn_tail_and_resume_by_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -289,10 +323,20 @@ mod tests {
         };
         {
             let mut log = ResultLog::create(&csv).unwrap();
-            log.append(&base, true, &result("SEQ1M Q8T1", 100.0), 1 << 20, true)
-                .unwrap();
-            log.append(&vol, false, &result("SEQ1M Q8T1", 150.0), 1 << 20, true)
-                .unwrap();
+            log.append(
+                &base,
+                true,
+                &result("SEQ1M Q8T1", 100.0),
+                &run(1 << 20, true, None),
+            )
+            .unwrap();
+            log.append(
+                &vol,
+                false,
+                &result("SEQ1M Q8T1", 150.0),
+                &run(1 << 20, true, None),
+            )
+            .unwrap();
         }
         let text = std::fs::read_to_string(&csv).unwrap();
         assert_eq!(text.lines().count(), 3);
@@ -305,24 +349,52 @@ mod tests {
         let mut log = ResultLog::resume(&csv).unwrap();
         assert_eq!(log.rows(), 2);
         assert!(log
-            .done(&vol, false, "SEQ1M Q8T1", "read", 1 << 20, true)
+            .done(&vol, false, "SEQ1M Q8T1", "read", &run(1 << 20, true, None))
             .is_some());
         // Another size, another I/O mode, another stripe: other rows.
         assert!(log
-            .done(&vol, false, "SEQ1M Q8T1", "read", 2 << 20, true)
+            .done(&vol, false, "SEQ1M Q8T1", "read", &run(2 << 20, true, None))
             .is_none());
         assert!(log
-            .done(&vol, false, "SEQ1M Q8T1", "read", 1 << 20, false)
+            .done(
+                &vol,
+                false,
+                "SEQ1M Q8T1",
+                "read",
+                &run(1 << 20, false, None)
+            )
+            .is_none());
+        // The load kept to other CPUs: another row.
+        let cpu0 = crate::CpuList::parse("0").unwrap();
+        assert!(log
+            .done(
+                &vol,
+                false,
+                "SEQ1M Q8T1",
+                "read",
+                &run(1 << 20, true, Some(cpu0))
+            )
             .is_none());
         let other = Target {
             stripe_size: Some(8192),
             ..vol.clone()
         };
         assert!(log
-            .done(&other, false, "SEQ1M Q8T1", "read", 1 << 20, true)
+            .done(
+                &other,
+                false,
+                "SEQ1M Q8T1",
+                "read",
+                &run(1 << 20, true, None)
+            )
             .is_none());
-        log.append(&other, false, &result("SEQ1M Q8T1", 50.0), 1 << 20, true)
-            .unwrap();
+        log.append(
+            &other,
+            false,
+            &result("SEQ1M Q8T1", 50.0),
+            &run(1 << 20, true, None),
+        )
+        .unwrap();
         drop(log);
         let text = std::fs::read_to_string(&csv).unwrap();
         assert_eq!(text.lines().count(), 4, "{text}");

@@ -1,6 +1,7 @@
 //! Measuring a target with a profile, and the results as a CrystalDiskMark-like table, JSON
 //! and CSV, each figure beside its ratio to the baseline measured in the same run.
 
+use crate::cpus::CpuList;
 use crate::engine::{self, Measured, RunSpec, TestFile};
 use crate::fio;
 use crate::profile::{Dir, Job};
@@ -56,6 +57,9 @@ pub struct Report {
     pub direct: bool,
     /// What drove the I/O: the built-in engine, or fio.
     pub measured_by: String,
+    /// The CPUs the load ran on (`--cpus`), if it was kept to some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<CpuList>,
     /// A backing directory measured with no FUSE in the same run.
     pub baseline: Option<Target>,
     pub targets: Vec<Target>,
@@ -332,6 +336,9 @@ impl Report {
             }
         );
         let _ = writeln!(s, "workload engine: {}", self.measured_by);
+        if let Some(cpus) = &self.cpus {
+            let _ = writeln!(s, "load kept to CPU {cpus} (--cpus)");
+        }
         if self.buffered() {
             let _ = writeln!(
                 s,
@@ -505,6 +512,7 @@ mod tests {
             size: 4 << 20,
             duration: Duration::from_millis(200),
             direct: true,
+            cpus: None,
         };
         let jobs = [
             Job::new(Pattern::Seq, 1 << 20, 2, 1),
@@ -549,6 +557,7 @@ mod tests {
             runs: 3,
             direct: true,
             measured_by: "engine".into(),
+            cpus: None,
             baseline: Some(base),
             targets: vec![volume],
         };

@@ -51,7 +51,7 @@ pub fn compare(dirs: &[PathBuf], no_fio: bool, opts: &BenchOpts) -> Result<()> {
         let mut log = log.borrow_mut();
         for (k, t) in targets.iter().enumerate() {
             for r in &t.results {
-                log.append(t, k == 0, r, plan.spec.size, plan.spec.direct)
+                log.append(t, k == 0, r, &plan.spec)
                     .map_err(|e| Error::Usage(format!("{}: {e}", log.csv_path.display())))?;
             }
         }

@@ -16,7 +16,7 @@ pub use sweep::{sweep, SweepArgs};
 use crate::error::{Error, Result};
 use bench::log::ResultLog;
 use bench::report::Driver;
-use bench::{profile, Report, RunSpec, Target};
+use bench::{profile, CpuList, Report, RunSpec, Target};
 use progress::Ctx;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,11 @@ pub struct BenchOpts {
     /// Run fio on the same file after each run of a test, as a cross-check (median to median)
     #[arg(long, global = true)]
     pub fio: bool,
+    /// Keep the load (the engine's threads, or fio's, as its cpus_allowed) on these CPUs:
+    /// 0, 0-3, 0,2-3. On one CPU, FUSE over io_uring serves every request on that CPU's
+    /// queue; left to the scheduler, requests and replies may cross CPUs
+    #[arg(long, global = true, value_name = "LIST")]
+    pub cpus: Option<String>,
 }
 
 #[derive(clap::Subcommand, Clone, Debug)]
@@ -176,6 +181,12 @@ fn plan_with(opts: &BenchOpts, log: Option<Rc<RefCell<ResultLog>>>) -> Result<Pl
             size,
             duration,
             direct: !opts.buffered,
+            cpus: opts
+                .cpus
+                .as_deref()
+                .map(CpuList::parse)
+                .transpose()
+                .map_err(|e| Error::Usage(format!("--cpus {e}")))?,
         },
         opts: opts.clone(),
     })
@@ -190,6 +201,7 @@ impl Plan {
     fn report(&self, baseline: Option<Target>, targets: Vec<Target>) -> Report {
         Report {
             measured_by: Driver::Engine.describe().into(),
+            cpus: self.spec.cpus.clone(),
             profile: self.opts.profile.clone(),
             size: self.spec.size,
             duration_secs: self.spec.duration.as_secs_f64(),
@@ -209,14 +221,7 @@ impl Plan {
         direction: &str,
     ) -> Option<bench::TestResult> {
         let log = self.log.as_ref()?.borrow();
-        log.done(
-            target,
-            baseline,
-            test,
-            direction,
-            self.spec.size,
-            self.spec.direct,
-        )
+        log.done(target, baseline, test, direction, &self.spec)
     }
 
     /// Whether every row of `target` was measured by an earlier run.
@@ -245,10 +250,7 @@ impl Plan {
         let fixed = target.clone();
         let done = |t: &str, d: &str| self.done(&fixed, baseline, t, d);
         let mut on_result = |r: &bench::TestResult| match &self.log {
-            Some(log) => {
-                log.borrow_mut()
-                    .append(&fixed, baseline, r, self.spec.size, self.spec.direct)
-            }
+            Some(log) => log.borrow_mut().append(&fixed, baseline, r, &self.spec),
             None => Ok(()),
         };
         let measured = bench::report::measure_with(
