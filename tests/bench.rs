@@ -840,10 +840,22 @@ fn the_load_kept_to_one_cpu_is_said_in_the_header_json_and_csv() {
     fs::create_dir(&a).unwrap();
     fs::create_dir(&b).unwrap();
     let csv = root.path().join("r.csv");
+    // The first CPU this process may use (a cpuset or taskset may leave CPU 0 out).
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim();
+    let cpu = allowed
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .to_string();
     let args = |cmd: &[&str], json: bool| {
         let mut v: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         v.extend(
-            ["--cpus", "0", "--size", "4M", "--duration", "300ms"]
+            ["--cpus", &cpu, "--size", "4M", "--duration", "300ms"]
                 .iter()
                 .map(|s| s.to_string()),
         );

@@ -35,12 +35,14 @@ impl CpuList {
 
     fn parse_syntax(spec: &str) -> Result<CpuList, String> {
         let bad = |why: &str| format!("{spec}: {why} (write CPUs as 0, 0-3 or 0,2-3)");
-        let mut cpus = Vec::new();
+        let mut set = vec![false; libc::CPU_SETSIZE as usize];
         for part in spec.split(',').map(str::trim) {
-            let number = |s: &str| {
-                s.trim()
+            // Digits only: no sign, no other script's digits.
+            let number = |s: &str| match s.trim() {
+                n if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => n
                     .parse::<usize>()
-                    .map_err(|_| bad("not a CPU number"))
+                    .map_err(|_| bad("a CPU past the kernel's CPU set")),
+                _ => Err(bad("not a CPU number")),
             };
             let (first, last) = match part.split_once('-') {
                 Some((a, b)) => (number(a)?, number(b)?),
@@ -49,14 +51,12 @@ impl CpuList {
             if first > last {
                 return Err(bad("a range that runs backwards"));
             }
-            if last >= libc::CPU_SETSIZE as usize {
+            if last >= set.len() {
                 return Err(bad("a CPU past the kernel's CPU set"));
             }
-            cpus.extend(first..=last);
+            set[first..=last].fill(true);
         }
-        cpus.sort_unstable();
-        cpus.dedup();
-        Ok(CpuList(cpus))
+        Ok(CpuList((0..set.len()).filter(|&c| set[c]).collect()))
     }
 
     pub fn cpus(&self) -> &[usize] {
@@ -141,7 +141,16 @@ mod tests {
             assert_eq!(l.cpus(), cpus, "{spec}");
             assert_eq!(l.to_string(), shown, "{spec}");
         }
-        for bad in ["", "a", "1-", "3-1", "0,,1", "99999"] {
+        for bad in [
+            "",
+            "a",
+            "1-",
+            "3-1",
+            "0,,1",
+            "99999",
+            "+0",
+            "0-99999999999999999999",
+        ] {
             let e = CpuList::parse_syntax(bad).unwrap_err();
             assert!(e.starts_with(bad) && e.contains("0-3"), "{bad}: {e}");
         }

@@ -425,7 +425,9 @@ pub fn run(
                     let pinned = cpus.map_or(Ok(()), CpuList::pin_this_thread);
                     barrier.wait();
                     let end = *deadline.wait();
-                    pinned.map_err(|e| io::Error::new(e.kind(), format!("--cpus: {e}")))?;
+                    pinned.map_err(|e| {
+                        io::Error::new(e.kind(), format!("keeping the load on its CPUs: {e}"))
+                    })?;
                     if uring {
                         uring_worker(&f, sh, slots, cursor, seed, end)
                     } else {

@@ -95,7 +95,8 @@ fn fio(
         .arg(format!("--direct={}", u8::from(spec.direct)))
         .arg("--lat_percentiles=1")
         .args(spec.cpus.as_ref().map(|c| format!("--cpus_allowed={c}")))
-        .arg(format!("--runtime={:.3}", spec.duration.as_secs_f64()))
+        // In milliseconds: fio drops a fraction of a second (0.300 is no runtime at all).
+        .arg(format!("--runtime={}ms", spec.duration.as_millis().max(1)))
         .args(["--time_based", "--group_reporting", "--output-format=json"])
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("fio: {e} (apt-get install fio)")))?;

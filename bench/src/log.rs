@@ -255,7 +255,7 @@ impl ResultLog {
             baseline,
             size: run.size,
             direct: run.direct,
-            cpus: run.cpus.as_ref().map(|c| c.to_string()),
+            cpus: Conditions::of_run(run).cpus,
             target: Target {
                 results: Vec::new(),
                 ..t.clone()

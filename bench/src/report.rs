@@ -337,7 +337,12 @@ impl Report {
         );
         let _ = writeln!(s, "workload engine: {}", self.measured_by);
         if let Some(cpus) = &self.cpus {
-            let _ = writeln!(s, "load kept to CPU {cpus} (--cpus)");
+            let which = if cpus.cpus().len() == 1 {
+                "CPU"
+            } else {
+                "CPUs"
+            };
+            let _ = writeln!(s, "load kept to {which} {cpus} (--cpus)");
         }
         if self.buffered() {
             let _ = writeln!(

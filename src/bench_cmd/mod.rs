@@ -139,11 +139,26 @@ fn plan(opts: &BenchOpts) -> Result<Plan> {
     plan_with(opts, None)
 }
 
-/// A plan that appends to `log` when given, else opens the files --csv or --resume name.
-fn plan_with(opts: &BenchOpts, log: Option<Rc<RefCell<ResultLog>>>) -> Result<Plan> {
+/// What is refused before anything is mounted or measured: the chart's format, the CPUs.
+pub(super) fn check_early(opts: &BenchOpts) -> Result<()> {
     if let Some(chart) = &opts.chart {
         bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
     }
+    cpus_of(opts).map(drop)
+}
+
+fn cpus_of(opts: &BenchOpts) -> Result<Option<CpuList>> {
+    let Some(list) = opts.cpus.as_deref() else {
+        return Ok(None);
+    };
+    CpuList::parse(list)
+        .map(Some)
+        .map_err(|e| Error::Usage(format!("--cpus {e}")))
+}
+
+/// A plan that appends to `log` when given, else opens the files --csv or --resume name.
+fn plan_with(opts: &BenchOpts, log: Option<Rc<RefCell<ResultLog>>>) -> Result<Plan> {
+    check_early(opts)?;
     let jobs = profile::parse(&opts.profile).map_err(Error::Usage)?;
     let text = opts.size.as_deref().unwrap_or("1G");
     let size =
@@ -181,12 +196,7 @@ fn plan_with(opts: &BenchOpts, log: Option<Rc<RefCell<ResultLog>>>) -> Result<Pl
             size,
             duration,
             direct: !opts.buffered,
-            cpus: opts
-                .cpus
-                .as_deref()
-                .map(CpuList::parse)
-                .transpose()
-                .map_err(|e| Error::Usage(format!("--cpus {e}")))?,
+            cpus: cpus_of(opts)?,
         },
         opts: opts.clone(),
     })

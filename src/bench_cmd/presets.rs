@@ -11,9 +11,7 @@ use std::process::Command;
 /// A seed experiment reproduced on emulated hardware.
 pub fn preset(opts: &BenchOpts, name: &str, dir: &Path) -> Result<()> {
     // Refused before a RAM disk is mounted or anything measured.
-    if let Some(chart) = &opts.chart {
-        bench::chart::format_of(chart).map_err(|e| Error::Usage(format!("--chart {e}")))?;
-    }
+    super::check_early(opts)?;
     match name {
         "raidcard" => super::raidcard::raidcard(opts, dir),
         "cas" => cas(opts, dir),
