@@ -5,6 +5,7 @@
 //! file range touches each slot's object in one contiguous range.
 
 use serde::{Deserialize, Serialize};
+use smallvec::{smallvec, SmallVec};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "StoredLayout", into = "StoredLayout")]
@@ -162,8 +163,15 @@ impl Rings {
 pub struct SlotIo {
     pub slot: u32,
     pub obj_offset: u64,
-    pub segments: Vec<(usize, usize)>,
+    pub segments: Segments,
 }
+
+/// A slot's segments of the caller's buffer: one for most requests, one per stripe row
+/// crossed for the rest. Kept inline: every request makes them.
+pub type Segments = SmallVec<[(usize, usize); 2]>;
+
+/// A request's shares, one per slot it touches (inline up to 4).
+pub type Plan = SmallVec<[SlotIo; 4]>;
 
 impl SlotIo {
     pub fn len(&self) -> u64 {
@@ -227,9 +235,18 @@ impl Layout {
     }
 
     /// Splits the file range `[offset, offset + len)` into one contiguous object range per slot.
-    pub fn plan(&self, offset: u64, len: usize) -> Vec<SlotIo> {
+    pub fn plan(&self, offset: u64, len: usize) -> Plan {
         let s = self.stripe_size as u64;
-        let mut per_slot: Vec<Option<SlotIo>> = vec![None; self.width as usize];
+        if len > 0 && offset % s + len as u64 <= s {
+            // Within one stripe unit (a 4K request, mostly): one share.
+            let (slot, obj_offset) = self.map(offset);
+            return smallvec![SlotIo {
+                slot,
+                obj_offset,
+                segments: smallvec![(0, len)],
+            }];
+        }
+        let mut per_slot: SmallVec<[Option<SlotIo>; 8]> = smallvec![None; self.width as usize];
         let mut done = 0usize;
         while done < len {
             let pos = offset + done as u64;
@@ -238,7 +255,7 @@ impl Layout {
             let io = per_slot[slot as usize].get_or_insert_with(|| SlotIo {
                 slot,
                 obj_offset: obj,
-                segments: Vec::new(),
+                segments: Segments::new(),
             });
             // Adjacent in the buffer and in the object (width 1): one segment.
             match io.segments.last_mut() {
@@ -357,7 +374,7 @@ mod tests {
         }
 
         #[test]
-        fn plan_covers_every_byte_once((layout, _n) in layouts(), offset in 0u64..(1 << 32), len in 0usize..(3 << 20)) {
+        fn plan_covers_every_byte_once((layout, _n) in layouts(), offset in 0u64..(1 << 32), len in prop_oneof![0usize..16384, 0usize..(3 << 20)]) {
             let plan = layout.plan(offset, len);
             let mut covered = vec![false; len];
             for io in &plan {
@@ -462,5 +479,30 @@ mod tests {
         assert!(Layout::new(8 * 1024, 0, 0).validate(4).is_err());
         assert!(Layout::new(64 * 1024, 2, 4).validate(4).is_err());
         assert!(Layout::new(256 * 1024, 4, 3).validate(4).is_ok());
+    }
+
+    #[test]
+    fn a_request_within_one_stripe_unit_is_one_share_in_place() {
+        let l = Layout::new(64 * 1024, 4, 1);
+        let unit = 64 * 1024u64;
+        for (offset, len) in [
+            (0, 4096),
+            (unit * 5 + 100, 4096),
+            (unit * 3 - 4096, 4096),
+            (unit * 2, unit as usize),
+        ] {
+            let (slot, obj_offset) = l.map(offset);
+            let one = SlotIo {
+                slot,
+                obj_offset,
+                segments: smallvec![(0, len)],
+            };
+            let plan = l.plan(offset, len);
+            assert_eq!(plan.as_slice(), [one], "{offset} +{len}");
+            assert!(!plan.spilled() && !plan[0].segments.spilled());
+        }
+        // A byte past the unit's end: the next slot's share too.
+        assert_eq!(l.plan(unit - 4096, 4097).len(), 2);
+        assert!(l.plan(0, 0).is_empty());
     }
 }

@@ -232,7 +232,7 @@ impl Volume {
             let io = SlotIo {
                 slot: 0,
                 obj_offset: at,
-                segments: vec![(0, data.len())],
+                segments: smallvec::smallvec![(0, data.len())],
             };
             self.set
                 .note_error(to, true, self.set.admit(to, true, &io))?;
@@ -263,7 +263,7 @@ impl Volume {
         let io = SlotIo {
             slot: 0,
             obj_offset: at,
-            segments: vec![(0, buf.len())],
+            segments: smallvec::smallvec![(0, buf.len())],
         };
         for attempt in 0..ATTEMPTS {
             let r = self

@@ -22,6 +22,9 @@ struct Piece {
     watched: bool,
 }
 
+/// A request's pieces, one per device (inline up to 4: every request makes them).
+type Pieces = smallvec::SmallVec<[Piece; 4]>;
+
 /// A piece's outcome as the request sees it: errors named by device and counted against it,
 /// and the replacement's watch told the write ended.
 fn piece_outcome(
@@ -184,17 +187,17 @@ impl Volume {
 
     /// The ops of a request `[offset, offset + len)` over the buffer at `base`, one per
     /// device, and the error of the first piece that could not be made.
-    fn pieces(&self, req: Request, offset: u64, len: usize) -> (Vec<Piece>, Option<StripeError>) {
+    fn pieces(&self, req: Request, offset: u64, len: usize) -> (Pieces, Option<StripeError>) {
         let objs = self.objects(req.ino);
         let plan = req.layout.plan(offset, len);
         // The rings looked at once per request, not once per piece.
-        let devices: Vec<usize> = {
+        let devices: smallvec::SmallVec<[usize; 4]> = {
             let rings = self.rings.read();
             plan.iter()
                 .map(|io| rings.device_of_slot(req.layout, io.slot))
                 .collect()
         };
-        let mut pieces = Vec::with_capacity(plan.len());
+        let mut pieces = Pieces::new();
         let mut first_error = None;
         for (io, dev) in plan.iter().zip(devices) {
             match self.op_for(&objs, req, io, dev) {
