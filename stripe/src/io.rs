@@ -23,57 +23,64 @@ static POOL: Pool = Pool {
     free: [const { Mutex::new(Vec::new()) }; CLASSES],
 };
 
-/// Free buffers each thread keeps per small class before the shared pool: a small request's
-/// buffer is mostly taken and given back on one thread, which then touches no lock another
-/// CPU takes too (the shared pool's lock went from CPU to CPU on every request at RND4K Q32).
-/// Small classes only (4 to 16 KiB, at most 112 KiB a thread): many threads may keep some.
+/// 4 KiB buffers a thread keeps before the shared pool, if it takes them too: a RND4K
+/// request's buffer is taken and given back on one thread where the devices are in memory,
+/// which then touches no lock another CPU takes (the shared pool's lock went from CPU to CPU
+/// on every request at Q32). A thread that only gives buffers back (an engine's completions,
+/// over disks) keeps none: it would never use them. At most 16 KiB a thread.
 const KEEP_LOCAL: usize = 4;
-const LOCAL_CLASSES: usize = 3;
 
-struct Local([Vec<NonNull<u8>>; LOCAL_CLASSES]);
+#[derive(Default)]
+struct Local {
+    /// This thread took a 4 KiB buffer.
+    takes: bool,
+    free: Vec<NonNull<u8>>,
+}
 
 impl Drop for Local {
     fn drop(&mut self) {
-        for (c, list) in self.0.iter_mut().enumerate() {
-            for ptr in list.drain(..) {
-                to_shared_pool(c, ptr);
-            }
+        for ptr in self.free.drain(..) {
+            to_shared_pool(0, ptr);
         }
     }
 }
 
 thread_local! {
-    static LOCAL: std::cell::RefCell<Local> =
-        const { std::cell::RefCell::new(Local([const { Vec::new() }; LOCAL_CLASSES])) };
+    static LOCAL: std::cell::RefCell<Local> = std::cell::RefCell::new(Local::default());
 }
 
 /// A free buffer of class `c`: this thread's, else the shared pool's.
 fn take_free(c: usize) -> Option<NonNull<u8>> {
-    let local = if c < LOCAL_CLASSES {
-        LOCAL.try_with(|l| l.borrow_mut().0[c].pop()).ok().flatten()
+    let local = if c == 0 {
+        LOCAL
+            .try_with(|l| {
+                let mut l = l.borrow_mut();
+                l.takes = true;
+                l.free.pop()
+            })
+            .ok()
+            .flatten()
     } else {
         None
     };
     local.or_else(|| POOL.free[c].lock().pop())
 }
 
-/// Keeps the free buffer `ptr` of class `c`: with this thread, else in the shared pool, else
-/// gives it back to the allocator.
+/// Keeps the free buffer `ptr` of class `c`: with this thread if it takes such buffers too,
+/// else in the shared pool, else gives it back to the allocator.
 fn keep_free(c: usize, ptr: NonNull<u8>) {
-    if c >= LOCAL_CLASSES {
-        return to_shared_pool(c, ptr);
-    }
-    let kept = LOCAL.try_with(|l| {
-        let mut l = l.borrow_mut();
-        let list = &mut l.0[c];
-        if list.len() < KEEP_LOCAL {
-            list.push(ptr);
-            true
-        } else {
-            false
-        }
-    });
-    if kept != Ok(true) {
+    let kept = c == 0
+        && LOCAL
+            .try_with(|l| {
+                let mut l = l.borrow_mut();
+                let keep = l.takes && l.free.len() < KEEP_LOCAL;
+                if keep {
+                    l.free.push(ptr);
+                }
+                keep
+            })
+            .unwrap_or(false);
+    if !kept {
         to_shared_pool(c, ptr);
     }
 }
@@ -218,6 +225,30 @@ pub(crate) fn direct_aligned(offset: u64, len: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_keeps_4k_buffers_only_if_it_takes_them() {
+        let made = IoBuf::stale(4096);
+        let kept = std::thread::spawn(move || {
+            drop(made);
+            LOCAL.with(|l| l.borrow().free.len())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(kept, 0, "a thread that only gives buffers back keeps none");
+        let (first, then) = std::thread::spawn(|| {
+            let bufs: Vec<IoBuf> = (0..KEEP_LOCAL + 2).map(|_| IoBuf::stale(4096)).collect();
+            drop(bufs);
+            let first = LOCAL.with(|l| l.borrow().free.len());
+            let again = IoBuf::stale(4096);
+            let then = LOCAL.with(|l| l.borrow().free.len());
+            drop(again);
+            (first, then)
+        })
+        .join()
+        .unwrap();
+        assert_eq!((first, then), (KEEP_LOCAL, KEEP_LOCAL - 1));
+    }
 
     #[test]
     fn buffers_are_aligned_sized_and_reused() {

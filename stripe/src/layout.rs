@@ -167,11 +167,12 @@ pub struct SlotIo {
 }
 
 /// A slot's segments of the caller's buffer: one for most requests, one per stripe row
-/// crossed for the rest. Kept inline: every request makes them.
+/// crossed for the rest. Inline, as the plan and its slots up to 8 devices: every request
+/// makes them, and a small one then allocates nothing.
 pub type Segments = SmallVec<[(usize, usize); 2]>;
 
-/// A request's shares, one per slot it touches (inline up to 4).
-pub type Plan = SmallVec<[SlotIo; 4]>;
+/// A request's shares, one per slot it touches.
+pub type Plan = SmallVec<[SlotIo; 8]>;
 
 impl SlotIo {
     pub fn len(&self) -> u64 {
@@ -237,15 +238,6 @@ impl Layout {
     /// Splits the file range `[offset, offset + len)` into one contiguous object range per slot.
     pub fn plan(&self, offset: u64, len: usize) -> Plan {
         let s = self.stripe_size as u64;
-        if len > 0 && offset % s + len as u64 <= s {
-            // Within one stripe unit (a 4K request, mostly): one share.
-            let (slot, obj_offset) = self.map(offset);
-            return smallvec![SlotIo {
-                slot,
-                obj_offset,
-                segments: smallvec![(0, len)],
-            }];
-        }
         let mut per_slot: SmallVec<[Option<SlotIo>; 8]> = smallvec![None; self.width as usize];
         let mut done = 0usize;
         while done < len {
@@ -482,7 +474,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_within_one_stripe_unit_is_one_share_in_place() {
+    fn a_small_request_is_one_share_planned_inline() {
         let l = Layout::new(64 * 1024, 4, 1);
         let unit = 64 * 1024u64;
         for (offset, len) in [

@@ -10,6 +10,7 @@
 
 use super::extents::{punch, seek_file};
 use super::*;
+use smallvec::smallvec;
 use std::os::unix::fs::FileExt;
 
 /// What is copied and retried at once.
@@ -232,7 +233,7 @@ impl Volume {
             let io = SlotIo {
                 slot: 0,
                 obj_offset: at,
-                segments: smallvec::smallvec![(0, data.len())],
+                segments: smallvec![(0, data.len())],
             };
             self.set
                 .note_error(to, true, self.set.admit(to, true, &io))?;
@@ -263,7 +264,7 @@ impl Volume {
         let io = SlotIo {
             slot: 0,
             obj_offset: at,
-            segments: smallvec::smallvec![(0, buf.len())],
+            segments: smallvec![(0, buf.len())],
         };
         for attempt in 0..ATTEMPTS {
             let r = self

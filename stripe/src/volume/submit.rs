@@ -22,8 +22,8 @@ struct Piece {
     watched: bool,
 }
 
-/// A request's pieces, one per device (inline up to 4: every request makes them).
-type Pieces = smallvec::SmallVec<[Piece; 4]>;
+/// A request's pieces, one per device (inline, as its plan: every request makes them).
+type Pieces = smallvec::SmallVec<[Piece; 8]>;
 
 /// A piece's outcome as the request sees it: errors named by device and counted against it,
 /// and the replacement's watch told the write ended.
@@ -191,13 +191,13 @@ impl Volume {
         let objs = self.objects(req.ino);
         let plan = req.layout.plan(offset, len);
         // The rings looked at once per request, not once per piece.
-        let devices: smallvec::SmallVec<[usize; 4]> = {
+        let devices: smallvec::SmallVec<[usize; 8]> = {
             let rings = self.rings.read();
             plan.iter()
                 .map(|io| rings.device_of_slot(req.layout, io.slot))
                 .collect()
         };
-        let mut pieces = Pieces::new();
+        let mut pieces = Pieces::with_capacity(plan.len());
         let mut first_error = None;
         for (io, dev) in plan.iter().zip(devices) {
             match self.op_for(&objs, req, io, dev) {
