@@ -321,22 +321,14 @@ mod tests {
             stripe_size: Some(65536),
             ..Target::default()
         };
+        // The run's conditions: 1 MiB test file, O_DIRECT, the load on any CPU.
+        let mib = run(1 << 20, true, None);
         {
             let mut log = ResultLog::create(&csv).unwrap();
-            log.append(
-                &base,
-                true,
-                &result("SEQ1M Q8T1", 100.0),
-                &run(1 << 20, true, None),
-            )
-            .unwrap();
-            log.append(
-                &vol,
-                false,
-                &result("SEQ1M Q8T1", 150.0),
-                &run(1 << 20, true, None),
-            )
-            .unwrap();
+            log.append(&base, true, &result("SEQ1M Q8T1", 100.0), &mib)
+                .unwrap();
+            log.append(&vol, false, &result("SEQ1M Q8T1", 150.0), &mib)
+                .unwrap();
         }
         let text = std::fs::read_to_string(&csv).unwrap();
         assert_eq!(text.lines().count(), 3);
@@ -348,9 +340,7 @@ mod tests {
         }
         let mut log = ResultLog::resume(&csv).unwrap();
         assert_eq!(log.rows(), 2);
-        assert!(log
-            .done(&vol, false, "SEQ1M Q8T1", "read", &run(1 << 20, true, None))
-            .is_some());
+        assert!(log.done(&vol, false, "SEQ1M Q8T1", "read", &mib).is_some());
         // Another size, another I/O mode, another stripe: other rows.
         assert!(log
             .done(&vol, false, "SEQ1M Q8T1", "read", &run(2 << 20, true, None))
@@ -380,21 +370,10 @@ mod tests {
             ..vol.clone()
         };
         assert!(log
-            .done(
-                &other,
-                false,
-                "SEQ1M Q8T1",
-                "read",
-                &run(1 << 20, true, None)
-            )
+            .done(&other, false, "SEQ1M Q8T1", "read", &mib)
             .is_none());
-        log.append(
-            &other,
-            false,
-            &result("SEQ1M Q8T1", 50.0),
-            &run(1 << 20, true, None),
-        )
-        .unwrap();
+        log.append(&other, false, &result("SEQ1M Q8T1", 50.0), &mib)
+            .unwrap();
         drop(log);
         let text = std::fs::read_to_string(&csv).unwrap();
         assert_eq!(text.lines().count(), 4, "{text}");
