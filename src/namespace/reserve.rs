@@ -42,6 +42,12 @@ impl Reserve {
         std::fs::metadata(&self.path).map_or(0, |m| m.len())
     }
 
+    /// The filesystem has room for the `lack` bytes the reserve is short of, and as much
+    /// again: so that making it never takes the last free space.
+    fn room_to_make(&self, lack: u64) -> bool {
+        free_bytes(&self.path) >= 2 * lack
+    }
+
     /// Makes (or tops up) the reserve if the filesystem has room for it and as much again;
     /// false if it stays short.
     pub(super) fn make(&self) -> bool {
@@ -51,7 +57,7 @@ impl Reserve {
             self.spent.store(false, Ordering::Release);
             return true;
         }
-        if free_bytes(&self.path) < 2 * (want - held) {
+        if !self.room_to_make(want - held) {
             self.spent.store(true, Ordering::Release);
             return false;
         }
@@ -121,10 +127,10 @@ impl Reserve {
 pub(super) fn shortfall(store: &Path) -> Option<String> {
     let r = Reserve::of(store);
     let (want, held) = (r.size(), r.held());
-    let free = free_bytes(&r.path);
-    if held >= want || free >= 2 * (want - held) {
+    if held >= want || r.room_to_make(want - held) {
         return None;
     }
+    let free = free_bytes(&r.path);
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let dir = r.path.parent().unwrap_or(Path::new("/"));
     Some(format!(
