@@ -1,13 +1,132 @@
 //! Cache commands: target add/rm/ls, flush, mode, class add/rm/ls (stats: `stats`; purge,
 //! attach, detach: `cache_admin`).
 
+use super::refusal;
 use super::resolve::resolve;
-use super::{refusal, ClassAction, TargetAction};
 use crate::error::{Error, Result};
 use crate::xattr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+#[derive(clap::Subcommand)]
+pub enum TargetAction {
+    /// Make DIR a cache target (or change it)
+    #[command(
+        after_help = "The folder's owner chooses its mode; priority, allocation and \
+        pinning are for root or the user who mounted.\n\n\
+        Example:\n  stripefs target add /mnt/vol/vm-images --mode wb --priority 0"
+    )]
+    Add {
+        /// A directory on a mounted volume with a cache
+        dir: PathBuf,
+        /// Cache mode: wt, wb, wa, wi, wo or pt
+        #[arg(long)]
+        mode: String,
+        /// Eviction priority, 0 to 255: 0 is kept longest (default for a new target: 0; root
+        /// or the mounter only)
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this target may hold, above 0 and at most 1 (default for a new
+        /// target: 1; root or the mounter only)
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Never evict this target's lines (root or the mounter only)
+        #[arg(long, conflicts_with = "unpin")]
+        pin: bool,
+        /// Evict this target's lines again
+        #[arg(long)]
+        unpin: bool,
+    },
+    /// Stop caching DIR by its own setting (its dirty lines are written back first)
+    #[command(
+        after_help = "A target from the config comes back at the next mount: remove \
+        it from the config for good.\n\n\
+        Example:\n  stripefs target rm /mnt/vol/vm-images"
+    )]
+    Rm {
+        /// A cache target
+        dir: PathBuf,
+    },
+    /// List the targets of a mounted volume
+    #[command(after_help = "Example:\n  stripefs target ls /mnt/vol --json")]
+    Ls {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum ClassAction {
+    /// Add an IO class (or replace the one of that name); kept across mounts
+    #[command(
+        after_help = "A request goes to the IO class whose every condition it meets \
+        (the lowest priority number first; a tie to the class listed first), else to its \
+        file's folder target, else to the volume default. Sizes are the file's, both bounds \
+        included (K, M, G, T are powers of 1024). Root or the user who mounted only.\n\n\
+        Example:\n  stripefs class add /mnt/vol big-images --directory /mnt/vol/vm \
+        --extension img,qcow2 --min-size 1G --direction write --mode wb --allocation 0.5 \
+        --min-allocation 0.1"
+    )]
+    Add {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The class's name: letters, digits, '-', '_' and '.'
+        name: String,
+        /// Only files with a name under this folder of the volume
+        #[arg(long)]
+        directory: Option<PathBuf>,
+        /// Only files with a name ending so (comma-separated, without the dot: img,qcow2)
+        #[arg(long)]
+        extension: Option<String>,
+        /// Only files at least this large (e.g. 1G)
+        #[arg(long)]
+        min_size: Option<String>,
+        /// Only files at most this large (e.g. 64K)
+        #[arg(long)]
+        max_size: Option<String>,
+        /// Only reads, or only writes
+        #[arg(long, value_parser = ["read", "write"])]
+        direction: Option<String>,
+        /// Cache mode: wt, wb, wa, wi, wo or pt (default: the cache's mode)
+        #[arg(long)]
+        mode: Option<String>,
+        /// Priority, 0 to 255: 0 is kept longest, and chosen first when classes overlap
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Most of the cache this class may hold, above 0 and at most 1
+        #[arg(long)]
+        allocation: Option<f64>,
+        /// Least of the cache kept for this class, 0 to its allocation
+        #[arg(long)]
+        min_allocation: Option<f64>,
+        /// Never evict this class's lines
+        #[arg(long)]
+        pin: bool,
+    },
+    /// Remove an IO class (its dirty lines are written back first)
+    #[command(
+        after_help = "A class of the config comes back at the next mount: remove \
+        it from the config for good.\n\nExample:\n  stripefs class rm /mnt/vol big-images"
+    )]
+    Rm {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        name: String,
+    },
+    /// List the IO classes of a mounted volume
+    #[command(after_help = "Example:\n  stripefs class ls /mnt/vol --json")]
+    Ls {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub fn mode(path: &Path, mode: Option<String>, no_flush: bool) -> Result<i32> {
     let root = has_cache(path)?;

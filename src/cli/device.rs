@@ -4,8 +4,90 @@ use super::refusal;
 use super::resolve::resolve;
 use crate::error::{Error, Result};
 use crate::xattr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+#[derive(clap::Subcommand)]
+pub enum DeviceAction {
+    /// Add an empty directory to the mounted volume as its next device, online
+    #[command(
+        after_help = "The directory gets a superblock and joins the volume while it stays \
+        mounted (as `btrfs device add`); the config file the volume was mounted from gains it \
+        (edited in place, comments kept). Existing files keep their layouts; new files are \
+        striped over the new device set (the volume's width follows it unless the config sets \
+        `width`). A crash at any step leaves the volume as before the add or as after it. \
+        Root or the user who mounted only.\n\nExample:\n  stripefs device add /mnt/vol /disks/d4"
+    )]
+    Add {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The directory to add (empty, or left by an add of this volume that was cut short)
+        dir: PathBuf,
+    },
+    /// Move every file off a device, then drop it from the volume, online
+    #[command(
+        after_help = "DEV is the device's id or its directory, as `stripefs device list` \
+        shows them. New files avoid the device at once; then the daemon moves every file with \
+        data on it to the other devices (each move atomic, as `stripefs migrate`), as a \
+        rebalance runs: this command watches it (bytes, ETA) and Ctrl-C asks whether to stop \
+        it. Refused, with the numbers, when the other devices cannot hold what it has. When \
+        nothing is left on it, it leaves the device set and the config file; an unmount or a \
+        crash pauses it, and the next mount goes on with it. The device holding the namespace \
+        store (device 0 unless volume.meta) cannot be removed. Root or the mounter.\n\n\
+        Example:\n  stripefs device remove /mnt/vol 2"
+    )]
+    Remove {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The device: its id or its directory
+        device: String,
+        /// At most this many MB/s of moved data (0: no limit)
+        #[arg(long)]
+        max_mbps: Option<u64>,
+        /// Print the final progress as JSON, and no progress bar
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy a device's data to an empty directory that takes its place, online
+    #[command(
+        after_help = "OLD is the device's id or its directory, as `stripefs device list` \
+        shows them. NEW joins the volume in OLD's place at once (new files use it, not OLD); \
+        then the daemon copies OLD's share of every file to NEW while the volume stays in use \
+        (writes meanwhile are copied again; each file's switch to NEW is one durable commit, \
+        so a crash shows it on OLD or on NEW, whole), and when no file is left on OLD, OLD \
+        leaves the device set and the config file. Ranges a failing OLD cannot give are \
+        retried, then left as holes (they read as zeros) and reported by file and byte range, \
+        and the copy goes on. Watched as a rebalance is (bytes, ETA; Ctrl-C asks whether to \
+        stop it); an unmount or a crash pauses it and the next mount goes on with it. The \
+        device holding the namespace store cannot be replaced. Root or the mounter.\n\n\
+        Exit status: 0 done, every byte copied; 1 failed (some files are still on OLD, which \
+        stays); 2 stopped before its end (it goes on when asked again); 3 done, but ranges \
+        were lost (listed).\n\n\
+        Example:\n  stripefs device replace /mnt/vol 2 /disks/new2"
+    )]
+    Replace {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// The device to replace: its id or its directory
+        old: String,
+        /// The empty directory that takes its place
+        new: PathBuf,
+        /// At most this many MB/s of copied data (0: no limit)
+        #[arg(long)]
+        max_mbps: Option<u64>,
+        /// Print the final progress (with the lost ranges) as JSON, and no progress bar
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the volume's devices by id, with the device set's generation
+    List {
+        /// Any path on the mounted volume
+        mountpoint: PathBuf,
+        /// Print JSON (generation, rings, devices)
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 /// `stripefs device add MNT DIR`.
 pub fn add(mountpoint: &Path, dir: &Path) -> Result<i32> {

@@ -1,10 +1,46 @@
 //! Layout commands: layout get/set/clear, migrate, and collapse/insert (rows of a file).
 
+use super::refusal;
 use super::resolve::resolve;
-use super::{refusal, LayoutAction};
 use crate::error::{Error, Result};
 use crate::xattr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Subcommand)]
+pub enum LayoutAction {
+    /// Print the layout of PATH
+    #[command(after_help = "Example:\n  stripefs layout get /mnt/vol/vm/disk.img")]
+    Get {
+        /// A file or directory on a mounted volume
+        path: PathBuf,
+        /// Print JSON (with the bytes on each device)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a directory's default layout for new files (or an empty file's own)
+    #[command(
+        after_help = "--stripe-size: a power of two from 8K to 256K; --width: 1 to the \
+        number of devices. Files made under the directory from now on take it (the nearest \
+        ancestor with a layout wins); a file with data keeps its layout (see migrate).\n\n\
+        Example:\n  stripefs layout set /mnt/vol/vm --stripe-size 128K --width 2"
+    )]
+    Set {
+        /// A directory, or an empty file, on a mounted volume
+        path: PathBuf,
+        /// Stripe size: 8K to 256K, a power of two
+        #[arg(long, value_name = "SIZE")]
+        stripe_size: Option<String>,
+        /// Devices each file spans: 1 to the number of devices
+        #[arg(long)]
+        width: Option<u32>,
+    },
+    /// Make a directory inherit its layout again
+    #[command(after_help = "Example:\n  stripefs layout clear /mnt/vol/vm")]
+    Clear {
+        /// A directory on a mounted volume
+        path: PathBuf,
+    },
+}
 
 pub fn migrate(file: &Path, stripe_size: Option<String>, width: Option<u32>) -> Result<i32> {
     let spec = layout_spec(stripe_size, width)?;

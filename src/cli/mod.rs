@@ -1,9 +1,12 @@
-//! The command line: one binary, subcommands. The clap definition and the dispatch live here;
-//! each command group has its own module.
+//! The command line: one binary, subcommands. The top-level clap definition and the dispatch
+//! live here; each command group has its own module, with its subcommands' definitions.
 
 use crate::daemon::DAEMON_ENV;
 use crate::error::Result;
+use cache::{ClassAction, TargetAction};
 use clap::{Parser, Subcommand};
+use device::DeviceAction;
+use layout::LayoutAction;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -268,7 +271,14 @@ enum Command {
     },
     /// Restripe files onto every device after devices were added, in the daemon
     #[command(
-        after_help = "Files laid on the device set before devices joined are restriped         (each move atomic, as `stripefs migrate`) onto the current devices, the files on the         fullest devices first: those striped over every device then span every device again,         narrower ones move to the least used devices. It runs inside the daemon, so it goes         on if this command ends; this command watches it (bytes moved, ETA) until it ends.         Ctrl-C asks whether to stop it. Stopped by an unmount or a crash, it goes on at the         next mount; `--stop` stops it for good. Files stay readable and writable meanwhile         (a file being moved waits its turn). Root or the user who mounted only.\n\n\
+        after_help = "Files laid on the device set before devices joined are restriped \
+        (each move atomic, as `stripefs migrate`) onto the current devices, the files on the \
+        fullest devices first: those striped over every device then span every device again, \
+        narrower ones move to the least used devices. It runs inside the daemon, so it goes \
+        on if this command ends; this command watches it (bytes moved, ETA) until it ends. \
+        Ctrl-C asks whether to stop it. Stopped by an unmount or a crash, it goes on at the \
+        next mount; `--stop` stops it for good. Files stay readable and writable meanwhile \
+        (a file being moved waits its turn). Root or the user who mounted only.\n\n\
         Example:\n  stripefs rebalance /mnt/vol --max-mbps 200"
     )]
     Rebalance {
@@ -286,7 +296,15 @@ enum Command {
     },
     /// Show or change the cache's sequential cutoff, promotion and error threshold, live
     #[command(
-        after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion,         promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream         seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose         bytes reach --seq-threshold passes through: always, or only when the cache is nearly         full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in         use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that         met a cache device error before the cache goes pass-through for good (0: never).         Settings not given stay; the config's come back at the next mount; changing them:         root or the user who mounted only.\n\n\
+        after_help = "Open CAS's parameters (casadm --set-param seq-cutoff, promotion, \
+        promotion-nhit, fallback-pt). Sequential cutoff: a request that continues a stream \
+        seen --seq-promotion-count times (or holding --seq-promotion-threshold bytes) whose \
+        bytes reach --seq-threshold passes through: always, or only when the cache is nearly \
+        full (full), or never. Promotion nhit: above --nhit-trigger percent of the cache in \
+        use, a line is inserted at its --nhit-hits'th miss. --error-threshold: requests that \
+        met a cache device error before the cache goes pass-through for good (0: never). \
+        Settings not given stay; the config's come back at the next mount; changing them: \
+        root or the user who mounted only.\n\n\
         Example:\n  stripefs params /mnt/vol --seq-cutoff always --seq-threshold 4M --promotion nhit"
     )]
     Params {
@@ -349,161 +367,6 @@ enum Command {
     Completions {
         /// bash, zsh, fish (also elvish, powershell)
         shell: clap_complete::Shell,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum TargetAction {
-    /// Make DIR a cache target (or change it)
-    #[command(
-        after_help = "The folder's owner chooses its mode; priority, allocation and \
-        pinning are for root or the user who mounted.\n\n\
-        Example:\n  stripefs target add /mnt/vol/vm-images --mode wb --priority 0"
-    )]
-    Add {
-        /// A directory on a mounted volume with a cache
-        dir: PathBuf,
-        /// Cache mode: wt, wb, wa, wi, wo or pt
-        #[arg(long)]
-        mode: String,
-        /// Eviction priority, 0 to 255: 0 is kept longest (default for a new target: 0; root
-        /// or the mounter only)
-        #[arg(long)]
-        priority: Option<u8>,
-        /// Most of the cache this target may hold, above 0 and at most 1 (default for a new
-        /// target: 1; root or the mounter only)
-        #[arg(long)]
-        allocation: Option<f64>,
-        /// Never evict this target's lines (root or the mounter only)
-        #[arg(long, conflicts_with = "unpin")]
-        pin: bool,
-        /// Evict this target's lines again
-        #[arg(long)]
-        unpin: bool,
-    },
-    /// Stop caching DIR by its own setting (its dirty lines are written back first)
-    #[command(
-        after_help = "A target from the config comes back at the next mount: remove \
-        it from the config for good.\n\n\
-        Example:\n  stripefs target rm /mnt/vol/vm-images"
-    )]
-    Rm {
-        /// A cache target
-        dir: PathBuf,
-    },
-    /// List the targets of a mounted volume
-    #[command(after_help = "Example:\n  stripefs target ls /mnt/vol --json")]
-    Ls {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum ClassAction {
-    /// Add an IO class (or replace the one of that name); kept across mounts
-    #[command(
-        after_help = "A request goes to the IO class whose every condition it meets \
-        (the lowest priority number first; a tie to the class listed first), else to its \
-        file's folder target, else to the volume default. Sizes are the file's, both bounds \
-        included (K, M, G, T are powers of 1024). Root or the user who mounted only.\n\n\
-        Example:\n  stripefs class add /mnt/vol big-images --directory /mnt/vol/vm \
-        --extension img,qcow2 --min-size 1G --direction write --mode wb --allocation 0.5 \
-        --min-allocation 0.1"
-    )]
-    Add {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// The class's name: letters, digits, '-', '_' and '.'
-        name: String,
-        /// Only files with a name under this folder of the volume
-        #[arg(long)]
-        directory: Option<PathBuf>,
-        /// Only files with a name ending so (comma-separated, without the dot: img,qcow2)
-        #[arg(long)]
-        extension: Option<String>,
-        /// Only files at least this large (e.g. 1G)
-        #[arg(long)]
-        min_size: Option<String>,
-        /// Only files at most this large (e.g. 64K)
-        #[arg(long)]
-        max_size: Option<String>,
-        /// Only reads, or only writes
-        #[arg(long, value_parser = ["read", "write"])]
-        direction: Option<String>,
-        /// Cache mode: wt, wb, wa, wi, wo or pt (default: the cache's mode)
-        #[arg(long)]
-        mode: Option<String>,
-        /// Priority, 0 to 255: 0 is kept longest, and chosen first when classes overlap
-        #[arg(long)]
-        priority: Option<u8>,
-        /// Most of the cache this class may hold, above 0 and at most 1
-        #[arg(long)]
-        allocation: Option<f64>,
-        /// Least of the cache kept for this class, 0 to its allocation
-        #[arg(long)]
-        min_allocation: Option<f64>,
-        /// Never evict this class's lines
-        #[arg(long)]
-        pin: bool,
-    },
-    /// Remove an IO class (its dirty lines are written back first)
-    #[command(
-        after_help = "A class of the config comes back at the next mount: remove \
-        it from the config for good.\n\nExample:\n  stripefs class rm /mnt/vol big-images"
-    )]
-    Rm {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        name: String,
-    },
-    /// List the IO classes of a mounted volume
-    #[command(after_help = "Example:\n  stripefs class ls /mnt/vol --json")]
-    Ls {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum LayoutAction {
-    /// Print the layout of PATH
-    #[command(after_help = "Example:\n  stripefs layout get /mnt/vol/vm/disk.img")]
-    Get {
-        /// A file or directory on a mounted volume
-        path: PathBuf,
-        /// Print JSON (with the bytes on each device)
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set a directory's default layout for new files (or an empty file's own)
-    #[command(
-        after_help = "--stripe-size: a power of two from 8K to 256K; --width: 1 to the \
-        number of devices. Files made under the directory from now on take it (the nearest \
-        ancestor with a layout wins); a file with data keeps its layout (see migrate).\n\n\
-        Example:\n  stripefs layout set /mnt/vol/vm --stripe-size 128K --width 2"
-    )]
-    Set {
-        /// A directory, or an empty file, on a mounted volume
-        path: PathBuf,
-        /// Stripe size: 8K to 256K, a power of two
-        #[arg(long, value_name = "SIZE")]
-        stripe_size: Option<String>,
-        /// Devices each file spans: 1 to the number of devices
-        #[arg(long)]
-        width: Option<u32>,
-    },
-    /// Make a directory inherit its layout again
-    #[command(after_help = "Example:\n  stripefs layout clear /mnt/vol/vm")]
-    Clear {
-        /// A directory on a mounted volume
-        path: PathBuf,
     },
 }
 
@@ -747,83 +610,6 @@ fn run(command: Command) -> Result<i32> {
     }
 }
 
-#[derive(Subcommand)]
-pub enum DeviceAction {
-    /// Add an empty directory to the mounted volume as its next device, online
-    #[command(
-        after_help = "The directory gets a superblock and joins the volume while it stays         mounted (as `btrfs device add`); the config file the volume was mounted from gains it         (edited in place, comments kept). Existing files keep their layouts; new files are         striped over the new device set (the volume's width follows it unless the config sets         `width`). A crash at any step leaves the volume as before the add or as after it.         Root or the user who mounted only.\n\nExample:\n  stripefs device add /mnt/vol /disks/d4"
-    )]
-    Add {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// The directory to add (empty, or left by an add of this volume that was cut short)
-        dir: PathBuf,
-    },
-    /// Move every file off a device, then drop it from the volume, online
-    #[command(
-        after_help = "DEV is the device's id or its directory, as `stripefs device list` \
-        shows them. New files avoid the device at once; then the daemon moves every file with \
-        data on it to the other devices (each move atomic, as `stripefs migrate`), as a \
-        rebalance runs: this command watches it (bytes, ETA) and Ctrl-C asks whether to stop \
-        it. Refused, with the numbers, when the other devices cannot hold what it has. When \
-        nothing is left on it, it leaves the device set and the config file; an unmount or a \
-        crash pauses it, and the next mount goes on with it. The device holding the namespace \
-        store (device 0 unless volume.meta) cannot be removed. Root or the mounter.\n\n\
-        Example:\n  stripefs device remove /mnt/vol 2"
-    )]
-    Remove {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// The device: its id or its directory
-        device: String,
-        /// At most this many MB/s of moved data (0: no limit)
-        #[arg(long)]
-        max_mbps: Option<u64>,
-        /// Print the final progress as JSON, and no progress bar
-        #[arg(long)]
-        json: bool,
-    },
-    /// Copy a device's data to an empty directory that takes its place, online
-    #[command(
-        after_help = "OLD is the device's id or its directory, as `stripefs device list` \
-        shows them. NEW joins the volume in OLD's place at once (new files use it, not OLD); \
-        then the daemon copies OLD's share of every file to NEW while the volume stays in use \
-        (writes meanwhile are copied again; each file's switch to NEW is one durable commit, \
-        so a crash shows it on OLD or on NEW, whole), and when no file is left on OLD, OLD \
-        leaves the device set and the config file. Ranges a failing OLD cannot give are \
-        retried, then left as holes (they read as zeros) and reported by file and byte range, \
-        and the copy goes on. Watched as a rebalance is (bytes, ETA; Ctrl-C asks whether to \
-        stop it); an unmount or a crash pauses it and the next mount goes on with it. The \
-        device holding the namespace store cannot be replaced. Root or the mounter.\n\n\
-        Exit status: 0 done, every byte copied; 1 failed (some files are still on OLD, which \
-        stays); 2 stopped before its end (it goes on when asked again); 3 done, but ranges \
-        were lost (listed).\n\n\
-        Example:\n  stripefs device replace /mnt/vol 2 /disks/new2"
-    )]
-    Replace {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// The device to replace: its id or its directory
-        old: String,
-        /// The empty directory that takes its place
-        new: PathBuf,
-        /// At most this many MB/s of copied data (0: no limit)
-        #[arg(long)]
-        max_mbps: Option<u64>,
-        /// Print the final progress (with the lost ranges) as JSON, and no progress bar
-        #[arg(long)]
-        json: bool,
-    },
-    /// List the volume's devices by id, with the device set's generation
-    List {
-        /// Any path on the mounted volume
-        mountpoint: PathBuf,
-        /// Print JSON (generation, rings, devices)
-        #[arg(long)]
-        json: bool,
-    },
-}
-
 /// `stripefs fsck` exit codes, e2fsck's (fsck(8)): no problems.
 pub const FSCK_CLEAN: i32 = 0;
 /// Problems found, and all of them repaired.
@@ -921,4 +707,41 @@ pub(crate) fn spinner(message: String) -> indicatif::ProgressBar {
     bar.tick();
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+
+    /// Every text `--help` and the man page show, of every command: prose that a line break
+    /// left without its `\` continuation carries the next line's indentation into the middle
+    /// of a sentence ("stays         mounted").
+    #[test]
+    fn no_help_text_has_a_run_of_spaces_inside_a_line() {
+        fn texts(cmd: &clap::Command, out: &mut Vec<(String, String)>) {
+            let name = cmd.get_name().to_string();
+            for t in [cmd.get_about(), cmd.get_long_about(), cmd.get_after_help()]
+                .into_iter()
+                .flatten()
+            {
+                out.push((name.clone(), t.to_string()));
+            }
+            for a in cmd.get_arguments() {
+                for t in [a.get_help(), a.get_long_help()].into_iter().flatten() {
+                    out.push((format!("{name} {}", a.get_id()), t.to_string()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                texts(sub, out);
+            }
+        }
+        let mut all = Vec::new();
+        texts(&<Cli as clap::CommandFactory>::command(), &mut all);
+        assert!(all.len() > 100, "only {} texts found", all.len());
+        let bad: Vec<_> = all
+            .iter()
+            .filter(|(_, t)| t.lines().any(|l| l.trim().contains("   ")))
+            .collect();
+        assert!(bad.is_empty(), "{bad:#?}");
+    }
 }

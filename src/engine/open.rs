@@ -362,7 +362,8 @@ impl Engine {
         for i in &inodes {
             if let Some(e) = i.layout.and_then(|l| volume.validate(&l).err()) {
                 return Err(Error::Store(format!(
-                    "namespace store {}: inode {} has a layout the devices cannot hold ({e});                      `stripefs fsck` lists every such file",
+                    "namespace store {}: inode {} has a layout the devices cannot hold ({e}); \
+                    `stripefs fsck` lists every such file",
                     ns_path.display(),
                     i.ino
                 )));
