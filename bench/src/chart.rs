@@ -218,7 +218,7 @@ where
             let name = format!(
                 "{}{}{}",
                 width
-                    .map(|w| format!("{w} devices"))
+                    .map(|w| crate::report::devices(w as usize))
                     .unwrap_or("target".into()),
                 cache
                     .as_ref()

@@ -230,8 +230,12 @@ impl ResultLog {
         direction: &str,
         run: &RunSpec,
     ) -> Option<TestResult> {
+        let key = key(t, baseline, test, direction, run);
+        // Logs written before 1-device labels were singular key those rows "1 devices".
+        let old = || key.replacen("1 device,", "1 devices,", 1);
         self.done
-            .get(&key(t, baseline, test, direction, run))
+            .get(&key)
+            .or_else(|| self.done.get(&old()))
             .map(|r| r.result.clone())
     }
 
@@ -399,6 +403,32 @@ mod tests {
         .unwrap();
         let err = ResultLog::resume(&csv).err().unwrap();
         assert!(err.to_string().contains("not from the same run"), "{err}");
+    }
+
+    #[test]
+    fn a_row_logged_as_1_devices_is_found_under_its_singular_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("r.csv");
+        let label = |n: &str| Target {
+            label: format!("{n}, stripe 64 KiB, width 1, cache none"),
+            devices: Some(1),
+            ..Target::default()
+        };
+        let mib = run(1 << 20, true, None);
+        ResultLog::create(&csv)
+            .unwrap()
+            .append(
+                &label("1 devices"),
+                false,
+                &result("SEQ1M Q8T1", 150.0),
+                &mib,
+            )
+            .unwrap();
+        let log = ResultLog::resume(&csv).unwrap();
+        let found = log.done(&label("1 device"), false, "SEQ1M Q8T1", "read", &mib);
+        assert_eq!(found.map(|r| r.median.mb_per_s), Some(150.0));
+        let other = log.done(&label("2 devices"), false, "SEQ1M Q8T1", "read", &mib);
+        assert!(other.is_none());
     }
 
     #[test]

@@ -494,6 +494,11 @@ pub fn csv_row(t: &Target, is_base: bool, r: &TestResult, base: Option<f64>) -> 
     )
 }
 
+/// "1 device", "4 devices".
+pub fn devices(n: usize) -> String {
+    format!("{n} device{}", if n == 1 { "" } else { "s" })
+}
+
 pub fn human(bytes: u64) -> String {
     if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)

@@ -375,9 +375,9 @@ fn describe_target(dir: &Path) -> Target {
                 Some(if c.contains("cache off") { "off" } else { "on" }.into());
         }
         target.label = format!(
-            "{} (stripefs, {} devices, {}, FUSE over {}{}, io engine {})",
+            "{} (stripefs, {}, {}, FUSE over {}{}, io engine {})",
             dir.display(),
-            target.devices.unwrap_or(0),
+            bench::report::devices(target.devices.unwrap_or(0)),
             status["layout"].as_str().unwrap_or(""),
             status["options"]["transport"].as_str().unwrap_or("?"),
             match (

@@ -57,8 +57,8 @@ pub(super) fn config_target(c: &Config) -> Target {
     }
     Target {
         label: format!(
-            "{} devices, stripe {}, width {}, cache {cache}{}",
-            c.devices.len(),
+            "{}, stripe {}, width {}, cache {cache}{}",
+            bench::report::devices(c.devices.len()),
             mountcfg::format_size(c.stripe as u64),
             c.width,
             c.emulate
