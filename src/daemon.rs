@@ -294,7 +294,7 @@ fn serve(
     let abandon = |e: String| {
         if let Unmounter::Own(m) = &*unmounter.lock() {
             let _ = m.unmount(true);
-            let _ = mount::utab::remove(&mountpoint);
+            let _ = mount::utab::remove_if_unmounted(&mountpoint);
         }
         Error::Usage(e)
     };
@@ -343,7 +343,9 @@ fn serve(
     let signal_thread = std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             log::info!("signal {sig}: unmounting {}", mp_for_signal.display());
-            if let Err(e) = signal_unmounter.lock().unmount(false) {
+            // The first lock is let go before the second is taken.
+            let unmounted = signal_unmounter.lock().unmount(false);
+            if let Err(e) = unmounted {
                 log::warn!(
                     "unmount failed ({e}); detaching {}",
                     mp_for_signal.display()
@@ -385,6 +387,14 @@ fn serve(
                 ring_threads: info.uring.then_some(ring_threads),
             });
         }
+        // Ended before it served (its io_uring queues refused after INIT): not mounted.
+        None if session.is_finished() => {
+            let why = match session.join() {
+                Err(e) => e.to_string(),
+                Ok(()) => "the kernel ended the connection".into(),
+            };
+            return Err(abandon(format!("the FUSE session ended at once: {why}")));
+        }
         None => log::warn!("no FUSE INIT within 30 s"),
     }
     set_readahead(&mountpoint, m.readahead);
@@ -415,7 +425,7 @@ fn serve(
                 mountpoint.display()
             );
         }
-        if let Err(e) = mount::utab::remove(&mountpoint) {
+        if let Err(e) = mount::utab::remove_if_unmounted(&mountpoint) {
             log::warn!("/run/mount/utab: {e}");
         }
     }
@@ -513,6 +523,20 @@ pub fn spawn_background(args: &[String], log_path: &Path) -> Result<()> {
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();
+            // What the caller has open is not the daemon's to keep: a flock held for as long
+            // as the volume stays mounted, or a file of a lazily detached volume keeping its
+            // daemon alive. Closed at exec (Linux 5.11+; older kernels keep them, as before).
+            let write = write_fd as libc::c_uint;
+            for (first, last) in [(3, write.saturating_sub(1)), (write + 1, libc::c_uint::MAX)] {
+                if first <= last {
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        first,
+                        last,
+                        libc::CLOSE_RANGE_CLOEXEC,
+                    );
+                }
+            }
             let flags = libc::fcntl(write_fd, libc::F_GETFD);
             libc::fcntl(write_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
             Ok(())
@@ -552,16 +576,11 @@ const DEAD_MOUNT_DATA: &str = "nothing was written back (the daemon is gone): di
      file cache are written back by the volume's next mount; those of a RAM cache were lost \
      with the daemon";
 
-/// A FUSE mount whose daemon is gone: every request fails with ENOTCONN. statfs always asks
-/// the daemon (a stat may be answered from the kernel's attribute cache).
-fn is_dead_mount(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+/// A FUSE mount whose daemon is gone ([`mount::daemon_gone`]). statfs always asks the daemon
+/// (a stat may be answered from the kernel's attribute cache).
+fn is_dead_mount(path: &Path) -> Result<bool> {
+    let asked = mount::statfs_answered(path, mount::ANSWER_WITHIN)?;
+    Ok(asked.is_err_and(|e| mount::daemon_gone(e.raw_os_error())))
 }
 
 /// Detaches the mount on `path` (lazily: a dead mount cannot be unmounted otherwise), with
@@ -590,7 +609,7 @@ fn detach(path: &Path) -> Result<()> {
 /// If `path` is a dead FUSE mount (its daemon killed or crashed), detaches it and says what it
 /// was; `None` if it is no dead mount. A dead mount of any other kind is left alone.
 pub fn clear_dead_mount(path: &Path) -> Result<Option<String>> {
-    if !is_dead_mount(path) {
+    if !is_dead_mount(path)? {
         return Ok(None);
     }
     let Some(mountinfo::MountEntry { fstype, source, .. }) = mountinfo::mount_at(path) else {
@@ -608,7 +627,7 @@ pub fn clear_dead_mount(path: &Path) -> Result<Option<String>> {
     detach(path)?;
     // Its daemon could not take its utab entry away.
     if let Some(p) = mountinfo::resolve(path) {
-        let _ = mount::utab::remove(&p);
+        let _ = mount::utab::remove_if_unmounted(&p);
     }
     Ok(Some(source))
 }
@@ -663,6 +682,16 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
             }
         }
     }
+    if lazy && process_alive(pid) {
+        // Detached: the daemon serves the files still open, and finishes after the last one
+        // is closed, which may be never; waiting for it is what --lazy is not for.
+        eprintln!(
+            "stripefs: {} detached; its daemon (pid {pid}) writes everything back and exits once \
+             the last file open on the volume is closed",
+            mountpoint.display()
+        );
+        return Ok(());
+    }
     // The daemon flushes after the kernel lets go; wait for it so the caller can trust the disks.
     let start = Instant::now();
     // SAFETY: signal 0 only checks that the process exists.
@@ -675,11 +704,14 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let report = status["namespace"]
+    let report_path = status["namespace"]
         .as_str()
-        .map(|ns| Path::new(ns).with_file_name(STOP_REPORT))
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice::<StopReport>(&b).ok());
+        .map(|ns| Path::new(ns).with_file_name(STOP_REPORT));
+    let read = report_path.as_ref().map(std::fs::read);
+    let report = match &read {
+        Some(Ok(b)) => serde_json::from_slice::<StopReport>(b).ok(),
+        _ => None,
+    };
     match report {
         Some(r) if r.pid == pid as u32 && r.ok => Ok(()),
         Some(r) if r.pid == pid as u32 => Err(Error::Usage(format!(
@@ -687,10 +719,17 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
             mountpoint.display(),
             r.error
         ))),
+        // No report of its own: it died before writing one, or could not write it (the
+        // namespace's device gone), which its log says.
         _ => Err(Error::Usage(format!(
-            "unmounted {}, but daemon {pid} ended without finishing its unmount (it was killed \
-             or crashed): the next mount recovers what it left",
-            mountpoint.display()
+            "unmounted {}, but daemon {pid} left no report of finishing its unmount{}: it was \
+             killed or crashed, or could not write the report (see its log); the next mount \
+             recovers what it left",
+            mountpoint.display(),
+            match (&report_path, &read) {
+                (Some(p), Some(Err(e))) => format!(" ({}: {e})", p.display()),
+                _ => String::new(),
+            }
         ))),
     }
 }

@@ -85,7 +85,7 @@ pub fn explain(path: &Path, key: &str, e: io::Error) -> Error {
 pub fn volume_status(mountpoint: &Path) -> crate::error::Result<serde_json::Value> {
     let raw = get(mountpoint, &format!("{PREFIX}status")).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => Error::Usage(format!("{}: no such directory", mountpoint.display())),
-        Some(libc::ENOTCONN) => Error::Usage(format!(
+        errno if crate::mount::daemon_gone(errno) => Error::Usage(format!(
             "{m} is a dead mount: its daemon has stopped (killed or crashed); `stripefs umount {m}` \
              detaches it, and mounting again recovers what a file cache held",
             m = mountpoint.display()

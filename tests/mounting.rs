@@ -139,6 +139,131 @@ fn a_clean_unmount_logs_no_warning() {
     v.assert_fsck_clean("after the unmounts");
 }
 
+/// A signal while the volume is busy (a file open on it): the unmount the signal asks for is
+/// refused (EBUSY), so the daemon detaches the mount instead and exits once the file is let
+/// go. It used to wait forever for a lock it held itself.
+#[test]
+fn a_signal_on_a_busy_mount_detaches_it_and_the_daemon_exits_when_let_go() {
+    let mut v = TestVolume::new(2, "64K", "");
+    v.mount();
+    let pid = v.daemon_pid();
+    std::fs::write(v.path("kept"), vec![5u8; 200_000]).unwrap();
+    let open = std::fs::File::open(v.path("kept")).unwrap();
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let start = Instant::now();
+    while !findmnt(v.mnt_str(), "FSTYPE").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the busy mount was not detached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Detached, the open file still reads; the daemon serves it until it is closed.
+    use std::io::Read;
+    let mut back = Vec::new();
+    (&open).read_to_end(&mut back).unwrap();
+    assert_eq!(back, vec![5u8; 200_000]);
+    assert!(alive(pid));
+    drop(open);
+    wait_gone(pid);
+    v.mount();
+    assert_eq!(std::fs::read(v.path("kept")).unwrap(), vec![5u8; 200_000]);
+    v.umount();
+    v.assert_fsck_clean("after the detach");
+}
+
+/// The daemon keeps none of the descriptors `stripefs mount` was started with: a flock the
+/// caller holds would stay held, and a file of a lazily detached volume would keep that
+/// volume's daemon alive, for as long as this volume stays mounted.
+#[test]
+fn the_daemon_keeps_none_of_its_callers_descriptors() {
+    use std::os::fd::AsRawFd;
+    let mut v = TestVolume::new(1, "64K", "");
+    let marker = v.root.path().join("callers-file");
+    let f = std::fs::File::create(&marker).unwrap();
+    // SAFETY: plain fcntl on our own descriptor; children started meanwhile inherit it.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0) };
+    v.mount();
+    // SAFETY: as above.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let pid = v.daemon_pid();
+    let held: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(!held.contains(&marker), "{held:?}");
+    assert!(held.iter().any(|p| p.ends_with("fuse")), "{held:?}");
+    v.umount();
+}
+
+/// A daemon that does not answer (stopped) is named as such within a bound, with what to do,
+/// instead of hanging the command that asks it.
+#[test]
+fn a_stopped_daemon_is_said_not_to_answer_instead_of_hanging_commands() {
+    struct Continue(i32);
+    impl Drop for Continue {
+        fn drop(&mut self) {
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let mut v = TestVolume::new(1, "64K", "");
+    v.mount();
+    let pid = v.daemon_pid();
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = Continue(pid);
+    // Every command that takes a path on a volume asks the same way first (`status` too).
+    let out = run_with_timeout(
+        Command::new(common::BIN).args(["umount", v.mnt_str()]),
+        Duration::from_secs(90),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains("did not answer within 20s"), "{err}");
+    assert!(
+        err.contains(&format!("`umount -l {}`", v.mnt_str())),
+        "{err}"
+    );
+    assert!(err.contains("/abort` ends its connection"), "{err}");
+    drop(stopped);
+    v.umount();
+}
+
+/// `umount --lazy` of a busy mount returns at once, and its daemon exits when the last file
+/// is closed; by then another volume may be mounted on the same mountpoint, and the utab entry
+/// there (which makes umount(8) run our helper) is that mount's: the old daemon leaves it.
+#[test]
+fn a_lazily_detached_daemon_leaves_the_next_mounts_utab_entry() {
+    let mut first = TestVolume::new(1, "64K", "");
+    let mut second = TestVolume::new(1, "64K", "");
+    second.mnt = first.mnt.clone();
+    first.mount();
+    let pid = first.daemon_pid();
+    std::fs::write(first.path("f"), b"first").unwrap();
+    let open = std::fs::File::open(first.path("f")).unwrap();
+    // --lazy returns at once: the daemon goes on until the file is closed.
+    let out = run_with_timeout(
+        Command::new(common::BIN).args(["umount", "--lazy", first.mnt_str()]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("detached; its daemon"), "{said}");
+    first.forget_mount();
+    second.mount();
+    let entry = format!("SRC={} TARGET={} ", second.cfg(), second.mnt_str());
+    let utab = || std::fs::read_to_string("/run/mount/utab").unwrap_or_default();
+    assert!(utab().contains(&entry), "{}", utab());
+    assert!(alive(pid));
+    drop(open);
+    wait_gone(pid);
+    assert!(utab().contains(&entry), "{}", utab());
+    second.umount();
+    assert!(!utab().contains(&entry), "{}", utab());
+}
+
 #[test]
 fn a_volume_in_use_elsewhere_is_named() {
     let mut v = TestVolume::new(1, "64K", "");

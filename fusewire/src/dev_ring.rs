@@ -83,7 +83,9 @@ impl Worker {
         shared.dev_ring_workers.fetch_add(1, Ordering::Relaxed);
         let end = self.run(&ctx, &mut cqes, shared, size, offload);
         shared.dev_ring_workers.fetch_sub(1, Ordering::Relaxed);
-        ctx.finish(&shared.fs, cqes);
+        // I/O left in flight keeps its buffers: they belong to the filesystem's requests,
+        // which are freed only by their completions (none of them is this worker's memory).
+        let _drained = ctx.finish(&shared.fs, cqes);
         match end {
             End::Gone => Ok(()),
             End::Failed(e) => Err(e),

@@ -219,8 +219,12 @@ impl<'a> RingCtx<'a> {
     }
 
     /// Waits for the filesystem's I/O still in flight, its buffers and callbacks with it (the
-    /// replies they send go nowhere now); `cqes`: completions taken and not handled yet.
-    pub(crate) fn finish<F: Filesystem>(&self, fs: &F, mut cqes: Vec<(u64, i32)>) {
+    /// replies they send go nowhere now); `cqes`: completions taken and not handled yet. False
+    /// if the ring kept failing with I/O still in flight: the kernel may still write into the
+    /// memory that I/O was given, so the caller must leak, not free, what it lent the ring.
+    #[must_use]
+    pub(crate) fn finish<F: Filesystem>(&self, fs: &F, mut cqes: Vec<(u64, i32)>) -> bool {
+        let mut failures = 0;
         while self.own_in_flight() > 0 {
             for (data, res) in cqes.drain(..) {
                 if data != WAKE && data & FS_BIT != 0 {
@@ -231,12 +235,20 @@ impl<'a> RingCtx<'a> {
                 break;
             }
             if let Err(e) = self.wait() {
+                failures += 1;
                 let n = self.own_in_flight();
-                log::error!("io_uring wait: {e}; {n} I/Os of the filesystem left in flight");
-                break;
+                if failures == 100 {
+                    log::error!(
+                        "io_uring wait: {e}; {n} I/Os of the filesystem left in flight (their \
+                         memory is kept)"
+                    );
+                    return false;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
             self.take_completions(&mut cqes);
         }
+        true
     }
 
     /// Completions taken off the ring: those moved aside while pushing, then the queue's.

@@ -601,7 +601,11 @@ fn ring_thread<F: Filesystem>(
         }
         ctx.take_completions(&mut cqes);
     }
-    ctx.finish(&shared.fs, cqes);
+    if !ctx.finish(&shared.fs, cqes) {
+        // The kernel may still fill entries' payloads and the filesystem's buffers.
+        std::mem::forget(ring);
+        std::mem::forget(uring);
+    }
 }
 
 /// A ring thread runs on the CPUs of the queues it serves: the kernel queues a request on the

@@ -110,7 +110,8 @@ impl Caching {
             .map(|(_, c)| c.clone());
         *slot = None;
         drop(slot);
-        if let Some(h) = self.cleaner.lock().take() {
+        let cleaner = self.cleaner.lock().take();
+        if let Some(h) = cleaner {
             let _ = h.join();
         }
         let written_back = dirty_before;
@@ -146,7 +147,8 @@ impl Caching {
             CacheReset::Keep,
         )
         .map_err(|e| refused(libc::EINVAL, e.to_string()))?;
-        if let Some(d) = self.detached_default.lock().take() {
+        let detached_default = self.detached_default.lock().take();
+        if let Some(d) = detached_default {
             cache
                 .set_class_keeping_dirty(DEFAULT_CLASS, d)
                 .map_err(|e| refused(libc::EIO, e.to_string()))?;

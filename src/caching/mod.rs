@@ -623,7 +623,8 @@ impl Caching {
             return Ok(());
         };
         let r = cache.shutdown();
-        if let Some(h) = self.cleaner.lock().take() {
+        let cleaner = self.cleaner.lock().take();
+        if let Some(h) = cleaner {
             let _ = h.join();
         }
         if let Err(e) = r {

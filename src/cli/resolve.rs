@@ -6,7 +6,6 @@
 use crate::control::PREFIX;
 use crate::error::{Error, Result};
 use crate::xattr;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -47,21 +46,19 @@ pub fn resolve(path: &Path) -> Result<Mounted> {
 
 /// Like [`resolve`], but a dead FUSE mount is an answer, not an error (umount clears it).
 pub fn find(path: &Path) -> Result<Found> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::Usage(format!("{}: the path has a NUL byte", path.display())))?;
-    // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOTCONN) => Ok(Found::Dead),
-            Some(libc::ENOENT) => Err(Error::Usage(format!(
-                "{}: no such file or directory",
-                path.display()
-            ))),
-            _ => Err(Error::Usage(format!("{}: {e}", path.display()))),
-        };
-    }
+    let st = match crate::mount::statfs_answered(path, crate::mount::ANSWER_WITHIN)? {
+        Ok(st) => st,
+        Err(e) => {
+            return match e.raw_os_error() {
+                errno if crate::mount::daemon_gone(errno) => Ok(Found::Dead),
+                Some(libc::ENOENT) => Err(Error::Usage(format!(
+                    "{}: no such file or directory",
+                    path.display()
+                ))),
+                _ => Err(Error::Usage(format!("{}: {e}", path.display()))),
+            }
+        }
+    };
     let (root, fstype) = mount_of(path).unwrap_or_else(|| (PathBuf::from("?"), "?".into()));
     let not_ours = |fstype: &str| {
         Error::Usage(format!(

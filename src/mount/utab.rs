@@ -124,6 +124,15 @@ pub fn remove(target: &Path) -> std::io::Result<()> {
     update(target, None)
 }
 
+/// Drops the entry of a mount that has just gone from `target`, unless another FUSE mount is
+/// there now (mounted after ours was detached lazily): the entry is that one's.
+pub fn remove_if_unmounted(target: &Path) -> std::io::Result<()> {
+    match super::mountinfo::mount_at(target) {
+        Some(m) if super::mountinfo::is_fuse(&m.fstype) => Ok(()),
+        _ => remove(target),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

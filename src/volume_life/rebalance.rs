@@ -214,7 +214,8 @@ impl Rebalancer {
     /// Stops a run for the unmount, leaving its wish for the next mount.
     pub fn pause(&self) {
         self.stop.store(true, Relaxed);
-        if let Some(w) = self.worker.lock().take() {
+        let worker = self.worker.lock().take();
+        if let Some(w) = worker {
             let _ = w.join();
         }
     }

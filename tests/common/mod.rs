@@ -176,6 +176,12 @@ impl TestVolume {
         v["pid"].as_i64().unwrap() as i32
     }
 
+    /// The volume's mount went away by other means (detached lazily, its daemon gone): nothing
+    /// to unmount on drop.
+    pub fn forget_mount(&mut self) {
+        self.mounted = false;
+    }
+
     /// SIGKILLs the daemon, as a crash would, and clears the dead mount.
     pub fn crash(&mut self) {
         let pid = self.daemon_pid();

@@ -413,7 +413,8 @@ impl Filesystem for Served {
         self.0
             .interrupts
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if let Some(reply) = self.0.held.lock().remove(&unique) {
+        let held = self.0.held.lock().remove(&unique);
+        if let Some(reply) = held {
             reply.error(libc::EINTR);
         }
     }

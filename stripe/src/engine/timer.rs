@@ -87,7 +87,8 @@ impl Timer {
     pub fn stop(&self) {
         self.queue.0.lock().stop = true;
         self.queue.1.notify_one();
-        if let Some(t) = self.thread.lock().take() {
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }

@@ -71,7 +71,8 @@ impl Join {
         }
         if self.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
             let result = self.error.lock().take().map_or(Ok(()), Err);
-            if let Some(done) = self.done.lock().take() {
+            let done = self.done.lock().take();
+            if let Some(done) = done {
                 done(result);
             }
         }
