@@ -9,10 +9,17 @@ use std::process::Command;
 /// A mount fusermount3 made; unmounted through it too (the kernel refuses us).
 pub struct UserMount {
     mountpoint: PathBuf,
+    /// mountinfo's `major:minor` of the mount (empty if it could not be read).
+    dev: String,
 }
 
 impl UserMount {
+    /// Unmounts our mount; nothing is done when it is no longer the one on the mountpoint
+    /// (detached lazily, and another mounted there since), as [`super::FuseMount`] does.
     pub fn unmount(&self, detach: bool) -> std::io::Result<()> {
+        if !super::mountinfo::is_on_top(&self.mountpoint, &self.dev) {
+            return Ok(());
+        }
         let ok = Command::new("fusermount3")
             .arg("-u")
             .args(detach.then_some("-z"))
@@ -66,6 +73,9 @@ pub fn mount(options: &str, mountpoint: &Path) -> Result<(OwnedFd, UserMount)> {
         fd,
         UserMount {
             mountpoint: mountpoint.to_path_buf(),
+            dev: super::mountinfo::mount_at(mountpoint)
+                .map(|m| m.dev)
+                .unwrap_or_default(),
         },
     ))
 }

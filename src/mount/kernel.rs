@@ -166,14 +166,7 @@ impl FuseMount {
     /// Is our mount still there (on top of the mountpoint)? False once the kernel has
     /// unmounted it (umount(8), `stripefs umount`), also when a new mount sits there now.
     pub fn is_mounted(&self) -> bool {
-        mountinfo::mount_at(&self.mountpoint).is_some_and(|m| {
-            if self.dev.is_empty() {
-                // Not found right after the mount (should not happen): any FUSE mount there.
-                mountinfo::is_fuse(&m.fstype)
-            } else {
-                m.dev == self.dev
-            }
-        })
+        mountinfo::is_on_top(&self.mountpoint, &self.dev)
     }
 
     /// Unmounts our mount (lazily with `detach`, which cannot fail for being busy). Nothing

@@ -74,6 +74,19 @@ pub fn resolve(path: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Is the mount of `dev` (mountinfo's `major:minor`, as recorded when it was made) the one on
+/// top of `mountpoint` now? False once it was unmounted, also when another sits there since.
+/// Without a recorded `dev` (unreadable right after the mount): any FUSE mount there.
+pub fn is_on_top(mountpoint: &Path, dev: &str) -> bool {
+    mount_at(mountpoint).is_some_and(|m| {
+        if dev.is_empty() {
+            is_fuse(&m.fstype)
+        } else {
+            m.dev == dev
+        }
+    })
+}
+
 /// The topmost mount on `path`.
 pub fn mount_at(path: &Path) -> Option<MountEntry> {
     let resolved = resolve(path)?;
