@@ -66,6 +66,49 @@ fn a_symlink_planted_among_the_objects_is_never_followed() {
     }
 }
 
+/// A FIFO planted in place of an object: the read and the write that reach it fail (EIO) at
+/// once, instead of waiting, unkillably, for someone to write to the FIFO or drain it, and
+/// holding the file's data lock meanwhile; fsck names it. The same for every I/O path: one
+/// device and several (over disks, a request over several devices goes out on the worker's
+/// own ring).
+#[test]
+fn a_fifo_planted_among_the_objects_fails_the_io_at_once() {
+    for devices in [1, 3] {
+        let mut v = TestVolume::new(devices, "8K", "");
+        v.mount();
+        let f = v.path("f");
+        fs::write(&f, vec![7u8; 64 * 1024]).unwrap();
+        let objects = object_paths(&f);
+        v.umount();
+        for (_, obj) in &objects {
+            fs::remove_file(obj).unwrap();
+            let c = std::ffi::CString::new(obj.to_str().unwrap()).unwrap();
+            // SAFETY: plain syscall with a valid C string.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        v.mount();
+        // Bounded: a child reads and writes; a hang would fail the test, not stall it.
+        let mnt = v.path("f");
+        let script = format!(
+            "dd if={f} of=/dev/null bs=64k count=1 iflag=direct 2>&1; echo read=$?; \
+             dd if=/dev/zero of={f} bs=64k count=1 oflag=direct conv=notrunc 2>&1; echo write=$?",
+            f = mnt.display()
+        );
+        let out = run_with_timeout(
+            std::process::Command::new("sh").args(["-c", &script]),
+            std::time::Duration::from_secs(60),
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("read=1"), "{devices} devices: {said}");
+        assert!(said.contains("write=1"), "{devices} devices: {said}");
+        assert!(said.contains("Input/output error"), "{said}");
+        v.umount();
+        let out = stripefs(&["fsck", v.cfg()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("not a regular file"), "{text}");
+    }
+}
+
 /// Without default_permissions stripefs would check nothing: with allow_other that combination
 /// is refused, from the config and from -o alike.
 #[test]

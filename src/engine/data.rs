@@ -25,7 +25,6 @@ struct DeviceWrite {
     ino: u64,
     end: u64,
     old_size: u64,
-    layout: Layout,
 }
 
 impl Engine {
@@ -304,7 +303,6 @@ impl Engine {
             ino,
             end,
             old_size: inode.size,
-            layout,
         };
         // Written on this thread either way (RAM-backed devices, or an idle engine): no copy,
         // unless O_DIRECT device I/O needs a page-aligned buffer that the request's data is
@@ -339,12 +337,7 @@ impl Engine {
         shared: DataGuard,
         done: impl FnOnce(Result<Inode>) + Send + 'static,
     ) {
-        let DeviceWrite {
-            ino,
-            end,
-            old_size,
-            layout,
-        } = write;
+        let DeviceWrite { ino, end, old_size } = write;
         match r {
             Ok(()) => {
                 let now = self.ns.note_write(ino, end);
@@ -353,7 +346,7 @@ impl Engine {
             }
             Err(e) if end > old_size => {
                 drop(shared);
-                self.trim_after_failed_write(ino, layout, move || done(Err(e)))
+                self.trim_after_failed_write(ino, move || done(Err(e)))
             }
             Err(e) => {
                 drop(shared);
@@ -366,18 +359,15 @@ impl Engine {
     /// the caller hears of the failure, alone on the file so no other writer is past the
     /// recorded size meanwhile. Waiting for the file's data lock must not hold up a
     /// completion, so the janitor thread does it.
-    fn trim_after_failed_write(
-        self: &Arc<Self>,
-        ino: u64,
-        layout: Layout,
-        then: impl FnOnce() + Send + 'static,
-    ) {
+    /// The file's object and layout are taken then, not from the write: a migrate (or a
+    /// rebalance, a replace) may have moved the file to a new object since.
+    fn trim_after_failed_write(self: &Arc<Self>, ino: u64, then: impl FnOnce() + Send + 'static) {
         let me = self.clone();
         self.janitor.run(move || {
             {
                 let lock = me.io_lock(ino);
                 let _alone = lock.write();
-                if let Ok(now) = me.ns.get(ino) {
+                if let Ok((now, layout)) = me.file(ino) {
                     let _ = me.volume.truncate(now.object, &layout, now.size);
                 }
             }

@@ -6,7 +6,23 @@ use super::{io_error, Caller, Engine};
 use crate::error::{errno, Error, Result};
 use crate::namespace::{Inode, Kind, SetAttr};
 use mountcfg::Direction;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use stripe::{Layout, Seek};
+
+/// A file's data lock, held alone or shared.
+fn hold(
+    lock: &RwLock<()>,
+    alone: bool,
+) -> (
+    Option<RwLockReadGuard<'_, ()>>,
+    Option<RwLockWriteGuard<'_, ()>>,
+) {
+    if alone {
+        (None, Some(lock.write()))
+    } else {
+        (Some(lock.read()), None)
+    }
+}
 
 /// The most one copy_file_range request copies: the caller loops for the rest, and a FUSE
 /// thread is not held for a whole large file.
@@ -71,11 +87,13 @@ impl Engine {
         to_off: u64,
         len: u64,
     ) -> Result<u64> {
-        // Data locks in inode order: two copies the other way round do not deadlock.
+        // Data locks in inode order: two copies the other way round do not deadlock. The
+        // destination's alone (as its inode lock on ext4): a failed copy past its end cuts it
+        // back, which must not cut a write that landed there meanwhile.
         let (first, second) = (from.min(to), from.max(to));
         let (l1, l2) = (self.io_lock(first), self.io_lock(second));
-        let _a = l1.read();
-        let _b = (first != second).then(|| l2.read());
+        let _a = hold(&l1, first == to);
+        let _b = (first != second).then(|| hold(&l2, second == to));
         let (src, src_layout) = self.file(from)?;
         let (dst, dst_layout) = self.file(to)?;
         let len = len.min(src.size.saturating_sub(from_off)).min(COPY_MAX);
@@ -261,14 +279,13 @@ impl Engine {
         }
         let end = offset.checked_add(len).ok_or(Error::Errno(libc::EFBIG))?;
         let lock = self.io_lock(ino);
-        // A punch or zeroing drops the range from the cache: alone, so no write (mmap or
-        // writeback-cache flushes do not hold the kernel's inode lock) lands in between.
+        // Alone on the file, as ext4 holds its inode lock (writes that do not hold the
+        // kernel's, asynchronous direct I/O and writeback-cache flushes, reach the daemon
+        // meanwhile): a punch or zeroing drops the range from the cache, so no write may land
+        // in between; an allocation that fails gives back what it took past each object's old
+        // end, which would cut a write that landed there during the call.
+        let _alone = lock.write();
         let punch = mode & (PUNCH | ZERO) != 0;
-        let (_shared, _alone) = if punch {
-            (None, Some(lock.write()))
-        } else {
-            (Some(lock.read()), None)
-        };
         let (inode, layout) = self.file(ino)?;
         self.check_size(&layout, end)?;
         if end > inode.size {

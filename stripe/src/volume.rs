@@ -35,7 +35,7 @@ mod tests;
 use devices::{Device, DeviceSet};
 pub use devices::{DeviceHealth, Fault, MAX_DEVICES};
 pub use extents::Seek;
-use objects::{largest_file, object_rel, objects_dir, open_beneath, Objects};
+use objects::{largest_file, object_rel, objects_dir, open_object, Objects};
 pub use replace::{merged, Copied};
 
 pub struct Volume {

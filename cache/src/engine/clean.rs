@@ -95,9 +95,17 @@ impl Cache {
         let mut objects: Vec<u64> = cleaned.iter().map(|c| c.0).collect();
         objects.sort_unstable();
         objects.dedup();
+        let mut synced = Ok(());
         for o in objects {
-            self.backend.sync(o)?;
+            if let Err(e) = self.backend.sync(o) {
+                log::error!("write-back of object {o}: the core's sync failed: {e}");
+                self.shared.lock().unsynced.insert(o);
+                if synced.is_ok() {
+                    synced = Err(e);
+                }
+            }
         }
+        synced?;
         faultpoint::fault_point!("cache.clean-core-written");
         if self.store.persistent() && !cleaned.is_empty() {
             let slots: Vec<u32> = cleaned.iter().map(|c| c.1).collect();

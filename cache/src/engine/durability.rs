@@ -159,7 +159,8 @@ impl Cache {
     }
 
     /// fsync of a file: RAM store, its dirty lines go to the core; file store, they are made
-    /// durable on the cache device with their records.
+    /// durable on the cache device with their records. EIO, once, if a write-back of its
+    /// lines since the last one was written to the core but not made durable there.
     pub fn sync_object(&self, object: u64) -> io::Result<()> {
         if self.store.persistent() {
             let mut slots: Vec<u32> = Vec::new();
@@ -171,6 +172,10 @@ impl Cache {
         } else {
             self.flush_where(&|o, _| o == object)?;
         }
-        self.backend.sync(object)
+        let synced = self.backend.sync(object);
+        if self.shared.lock().unsynced.remove(&object) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        synced
     }
 }

@@ -309,6 +309,7 @@ impl Cache {
                 cleaner_passes: 0,
                 cleaned_lines: 0,
                 cleaner_errors: 0,
+                unsynced: Default::default(),
             }),
             promotes_always: AtomicBool::new(cfg.policy.promotion == Promotion::Always),
             wake_at_dirty: AtomicUsize::new(wake_at_dirty(&cfg.policy.cleaner, nslots as usize)),

@@ -140,6 +140,10 @@ pub(crate) struct Shared {
     pub(crate) cleaner_passes: u64,
     pub(crate) cleaned_lines: u64,
     pub(crate) cleaner_errors: u64,
+    /// Objects whose cleaned lines reached the core but whose core sync then failed: those
+    /// lines are clean, so the loss is told to the object's next sync (fsync), as the kernel
+    /// tells a writeback error to the next fsync of the file.
+    pub(crate) unsynced: rustc_hash::FxHashSet<u64>,
 }
 
 impl Shard {

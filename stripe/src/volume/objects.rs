@@ -37,7 +37,7 @@ impl Volume {
         objs.direct
             .get(device)?
             .get_or_init(|| {
-                open_beneath(dir, &object_rel(ino), libc::O_RDWR | libc::O_DIRECT)
+                open_object(dir, &object_rel(ino), libc::O_RDWR | libc::O_DIRECT)
                     .inspect_err(|e| {
                         log::debug!("no O_DIRECT for object {ino} on device {device}: {e}")
                     })
@@ -101,7 +101,7 @@ impl Volume {
         let Some(dir) = self.set.dev(device).objects.as_ref() else {
             return Err(self.io_err(device, io::Error::from_raw_os_error(libc::EIO)));
         };
-        let opened = open_beneath(dir, &object_rel(ino), libc::O_RDWR | create);
+        let opened = open_object(dir, &object_rel(ino), libc::O_RDWR | create);
         match opened {
             Ok(f) => {
                 let _ = slot.set(Arc::new(f));
@@ -110,7 +110,7 @@ impl Volume {
             // A device gone read-only still serves reads; not kept, so a write later meets
             // EROFS, not a read-only descriptor.
             Err(e) if e.raw_os_error() == Some(libc::EROFS) && create == 0 => {
-                open_beneath(dir, &object_rel(ino), libc::O_RDONLY)
+                open_object(dir, &object_rel(ino), libc::O_RDONLY)
                     .map(|f| Some(Arc::new(f)))
                     .map_err(|e| self.io_err(device, e))
             }
@@ -207,8 +207,8 @@ fn object_info(device: usize, ino: u64, md: &std::fs::Metadata) -> ObjectInfo {
 }
 
 /// Opens `rel` under the directory `dir` without following a symlink anywhere on the way, nor
-/// leaving `dir`: an object file is never anything but the regular file it names.
-pub(super) fn open_beneath(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<File> {
+/// leaving `dir`.
+fn open_beneath(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<File> {
     let c = std::ffi::CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: open_how is plain data; zero is its neutral value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -230,6 +230,30 @@ pub(super) fn open_beneath(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<F
     }
     // SAFETY: a fresh descriptor that we own.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// Opens the object file `rel` beneath the object directory `dir` ([`open_beneath`]): an
+/// object file is never anything but the regular file it names. Anything else put in its
+/// place is refused (EIO): a FIFO would hold the I/O that reaches it, and the caller with it,
+/// until someone writes to it or drains it, and a device node would be read as data.
+pub(super) fn open_object(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<File> {
+    // Non-blocking until it is known to be a regular file: opening a FIFO for reading waits
+    // for a writer.
+    let file = open_beneath(dir, rel, flags | libc::O_NONBLOCK | libc::O_NOCTTY)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        log::error!("object file {rel} is not a regular file ({kind:?}): refused");
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    // A regular file's reads and writes never wait on O_NONBLOCK, but io_uring would answer
+    // EAGAIN for them instead of waiting: back to what the caller asked.
+    // SAFETY: fcntl on a descriptor we own.
+    if flags & libc::O_NONBLOCK == 0
+        && unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// The largest file the filesystem of `dir` accepts, found by growing an unnamed, empty

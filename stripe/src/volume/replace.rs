@@ -179,7 +179,7 @@ impl Volume {
         let (Some(dir), false) = (dev.objects.as_ref(), self.set.failed(from)) else {
             return Ok(Some(None));
         };
-        match open_beneath(dir, &object_rel(object), libc::O_RDONLY) {
+        match open_object(dir, &object_rel(object), libc::O_RDONLY) {
             Ok(f) => Ok(Some(Some(f))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.check_devices();
@@ -201,7 +201,7 @@ impl Volume {
             return Err(self.io_err(to, io::Error::from_raw_os_error(libc::EIO)));
         };
         let trunc = if fresh { libc::O_TRUNC } else { 0 };
-        open_beneath(
+        open_object(
             dir,
             &object_rel(object),
             libc::O_RDWR | libc::O_CREAT | trunc,

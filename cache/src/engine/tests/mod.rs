@@ -22,6 +22,8 @@ struct Core {
     reads: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
+    /// Syncs still to fail (EIO), as a device's writeback error.
+    failing_syncs: AtomicU64,
 }
 
 impl Backend for Core {
@@ -50,6 +52,11 @@ impl Backend for Core {
 
     fn sync(&self, _object: u64) -> io::Result<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        let failing = self.failing_syncs.load(Ordering::Relaxed);
+        if failing > 0 {
+            self.failing_syncs.store(failing - 1, Ordering::Relaxed);
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         Ok(())
     }
 }
@@ -456,6 +463,28 @@ fn truncate_and_forget_drop_cached_data() {
         0,
         "nothing of a deleted file reaches the core"
     );
+}
+
+/// A write-back whose lines reached the core but whose core sync failed leaves those lines
+/// clean: the file's next fsync is told (EIO, once), as the kernel tells a writeback error.
+#[test]
+fn a_failed_core_sync_during_write_back_fails_the_files_next_fsync() {
+    let core = Arc::new(Core::default());
+    let cache = Cache::open(
+        config(StoreKind::Ram, 1 << 20, 64 << 10, Mode::Wb),
+        core.clone(),
+    )
+    .unwrap();
+    cache.write(1, 0, &[5u8; 100_000], DEFAULT_CLASS).unwrap();
+    cache.write(2, 0, &[6u8; 10_000], DEFAULT_CLASS).unwrap();
+    core.failing_syncs.store(1, Ordering::Relaxed);
+    assert!(cache.flush_all(&mut |_, _| {}).is_err());
+    let told = [1, 2].map(|o| cache.sync_object(o).is_err());
+    assert_eq!(told.iter().filter(|&&t| t).count(), 1, "{told:?}");
+    cache.sync_object(1).unwrap();
+    cache.sync_object(2).unwrap();
+    // Written to the core all the same.
+    assert_eq!(core.bytes(1, 0, 100_000), vec![5u8; 100_000]);
 }
 
 #[test]
