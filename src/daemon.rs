@@ -292,9 +292,14 @@ fn serve(
     // A failure from here until the session runs must not leave the mount behind (dead once
     // the session's descriptor is closed).
     let abandon = |e: String| {
-        if let Unmounter::Own(m) = &*unmounter.lock() {
-            let _ = m.unmount(true);
-            let _ = mount::utab::remove_if_unmounted(&mountpoint);
+        match &*unmounter.lock() {
+            Unmounter::Own(m) => {
+                let _ = m.unmount(true);
+                let _ = mount::utab::remove_if_unmounted(&mountpoint);
+            }
+            Unmounter::User(m) => {
+                let _ = m.unmount(true);
+            }
         }
         Error::Usage(e)
     };
@@ -647,11 +652,22 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
     let pid = status["pid"].as_u64().unwrap_or(0) as i32;
     let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .map_err(|_| Error::Usage("mountpoint has a NUL byte".into()))?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // Lazily only when busy: a volume nobody uses is unmounted and waited for as without
+    // --lazy, so the caller can trust the devices when this returns.
+    let mut detached = false;
     // SAFETY: plain syscall with a valid C string.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        let mut e = std::io::Error::last_os_error();
+        if lazy && e.raw_os_error() == Some(libc::EBUSY) {
+            // SAFETY: as above.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+                detached = true;
+            } else {
+                e = std::io::Error::last_os_error();
+            }
+        }
         match e.raw_os_error() {
+            _ if detached => {}
             Some(libc::EBUSY) => {
                 return Err(Error::Usage(format!(
                     "{} is busy (files are open or a process is inside it); \
@@ -682,9 +698,9 @@ pub fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<()> {
             }
         }
     }
-    if lazy && process_alive(pid) {
-        // Detached: the daemon serves the files still open, and finishes after the last one
-        // is closed, which may be never; waiting for it is what --lazy is not for.
+    if detached {
+        // The daemon serves the files still open, and finishes after the last one is closed,
+        // which may be never; waiting for it is what --lazy is not for.
         eprintln!(
             "stripefs: {} detached; its daemon (pid {pid}) writes everything back and exits once \
              the last file open on the volume is closed",

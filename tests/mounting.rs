@@ -260,7 +260,11 @@ fn a_lazily_detached_daemon_leaves_the_next_mounts_utab_entry() {
     drop(open);
     wait_gone(pid);
     assert!(utab().contains(&entry), "{}", utab());
-    second.umount();
+    // --lazy on a volume nobody uses unmounts it and waits for its daemon, as without.
+    let second_pid = second.daemon_pid();
+    stripefs_ok(&["umount", "--lazy", second.mnt_str()]);
+    second.forget_mount();
+    assert!(!alive(second_pid));
     assert!(!utab().contains(&entry), "{}", utab());
 }
 

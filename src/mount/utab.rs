@@ -43,7 +43,10 @@ fn is_for(line: &[u8], target: &[u8]) -> bool {
 }
 
 /// Rewrites utab under libmount's lock: drops the lines about `target`, adds `line` if any.
-fn update(target: &Path, line: Option<Vec<u8>>) -> std::io::Result<()> {
+/// With `line`, records it as the entry of `target`; without, drops the entry, unless
+/// `unless_mounted` and a FUSE mount is on `target` (looked at under the lock, where a mount
+/// adds its line only after it is mounted: another mount there now owns the entry).
+fn update(target: &Path, line: Option<Vec<u8>>, unless_mounted: bool) -> std::io::Result<()> {
     let path = utab_path();
     let dir = path.parent().unwrap_or(Path::new("/"));
     if line.is_none() && !path.exists() {
@@ -68,17 +71,23 @@ fn update(target: &Path, line: Option<Vec<u8>>) -> std::io::Result<()> {
     };
     let target = mangled_bytes(target.as_os_str().as_bytes());
     // Entries of ours whose mount is gone (a daemon killed before it could remove its own).
-    let mounted: Vec<Vec<u8>> = super::mountinfo::all()
+    let all = super::mountinfo::all();
+    let mounted: Vec<Vec<u8>> = all
         .iter()
         .map(|m| mangled_bytes(m.mountpoint.as_os_str().as_bytes()))
         .collect();
+    let keep_target = unless_mounted
+        && all
+            .iter()
+            .zip(&mounted)
+            .any(|(m, mp)| mp == &target && super::mountinfo::is_fuse(&m.fstype));
     let stale = |l: &[u8]| {
         l.ends_with(format!("OPTS={OPTS}").as_bytes()) && !mounted.iter().any(|mp| is_for(l, mp))
     };
     let mut new = Vec::with_capacity(old.len() + 128);
     let mut changed = false;
     for l in old.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        if is_for(l, &target) || stale(l) {
+        if (is_for(l, &target) && !keep_target) || stale(l) {
             changed = true;
         } else {
             new.extend_from_slice(l);
@@ -116,21 +125,18 @@ pub fn add(source: &str, target: &Path) -> std::io::Result<()> {
     line.extend(mangled_bytes(target.as_os_str().as_bytes()));
     line.extend_from_slice(b" ROOT=/ OPTS=");
     line.extend_from_slice(OPTS.as_bytes());
-    update(target, Some(line))
+    update(target, Some(line), false)
 }
 
 /// Forgets the entry of `target`.
 pub fn remove(target: &Path) -> std::io::Result<()> {
-    update(target, None)
+    update(target, None, false)
 }
 
 /// Drops the entry of a mount that has just gone from `target`, unless another FUSE mount is
 /// there now (mounted after ours was detached lazily): the entry is that one's.
 pub fn remove_if_unmounted(target: &Path) -> std::io::Result<()> {
-    match super::mountinfo::mount_at(target) {
-        Some(m) if super::mountinfo::is_fuse(&m.fstype) => Ok(()),
-        _ => remove(target),
-    }
+    update(target, None, true)
 }
 
 #[cfg(test)]

@@ -162,6 +162,19 @@ impl Cache {
     /// durable on the cache device with their records. EIO, once, if a write-back of its
     /// lines since the last one was written to the core but not made durable there.
     pub fn sync_object(&self, object: u64) -> io::Result<()> {
+        let flushed = self.sync_lines(object);
+        let synced = flushed.and_then(|()| self.backend.sync(object));
+        // A failed write-back sync is told once: here, whether this call met it or an
+        // earlier write-back did.
+        if self.shared.lock().unsynced.remove(&object) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        synced
+    }
+
+    /// The object's dirty lines made durable: on the cache device with their records (file
+    /// store), or written back to the core (RAM store).
+    fn sync_lines(&self, object: u64) -> io::Result<()> {
         if self.store.persistent() {
             let mut slots: Vec<u32> = Vec::new();
             self.each_shard(|g| {
@@ -172,10 +185,6 @@ impl Cache {
         } else {
             self.flush_where(&|o, _| o == object)?;
         }
-        let synced = self.backend.sync(object);
-        if self.shared.lock().unsynced.remove(&object) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        synced
+        Ok(())
     }
 }

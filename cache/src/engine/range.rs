@@ -86,6 +86,8 @@ impl Cache {
 
     /// A file is gone: its lines are dropped, dirty or not.
     pub fn forget(&self, object: u64) -> io::Result<()> {
+        // Nobody is left to tell of a write-back of it that failed.
+        self.shared.lock().unsynced.remove(&object);
         self.truncate(object, 0)
     }
 

@@ -485,6 +485,17 @@ fn a_failed_core_sync_during_write_back_fails_the_files_next_fsync() {
     cache.sync_object(2).unwrap();
     // Written to the core all the same.
     assert_eq!(core.bytes(1, 0, 100_000), vec![5u8; 100_000]);
+    // Met by the fsync's own write-back: told to that fsync, and only to it.
+    cache.write(1, 0, &[7u8; 4096], DEFAULT_CLASS).unwrap();
+    core.failing_syncs.store(1, Ordering::Relaxed);
+    assert!(cache.sync_object(1).is_err());
+    cache.sync_object(1).unwrap();
+    // A file gone: nothing left to tell.
+    cache.write(2, 0, &[8u8; 4096], DEFAULT_CLASS).unwrap();
+    core.failing_syncs.store(1, Ordering::Relaxed);
+    assert!(cache.flush_all(&mut |_, _| {}).is_err());
+    cache.forget(2).unwrap();
+    cache.sync_object(2).unwrap();
 }
 
 #[test]
