@@ -532,16 +532,7 @@ pub fn spawn_background(args: &[String], log_path: &Path) -> Result<()> {
             // as the volume stays mounted, or a file of a lazily detached volume keeping its
             // daemon alive. Closed at exec (Linux 5.11+; older kernels keep them, as before).
             let write = write_fd as libc::c_uint;
-            for (first, last) in [(3, write.saturating_sub(1)), (write + 1, libc::c_uint::MAX)] {
-                if first <= last {
-                    libc::syscall(
-                        libc::SYS_close_range,
-                        first,
-                        last,
-                        libc::CLOSE_RANGE_CLOEXEC,
-                    );
-                }
-            }
+            mount::close_all_but(3, write, libc::CLOSE_RANGE_CLOEXEC);
             let flags = libc::fcntl(write_fd, libc::F_GETFD);
             libc::fcntl(write_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
             Ok(())

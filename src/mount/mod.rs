@@ -66,11 +66,7 @@ fn statfs_in_child(
         unsafe {
             // Nothing of ours but the answer's pipe: a child left waiting must not hold our
             // standard output open for whoever reads it to its end (a pipeline, a test).
-            let keep = write.as_raw_fd() as libc::c_uint;
-            if keep > 0 {
-                libc::syscall(libc::SYS_close_range, 0, keep - 1, 0);
-            }
-            libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0);
+            close_all_but(0, write.as_raw_fd() as libc::c_uint, 0);
             let mut st: libc::statfs = std::mem::zeroed();
             let errno = if libc::statfs(c.as_ptr(), &mut st) == 0 {
                 0
@@ -159,6 +155,20 @@ fn not_answering(path: &std::path::Path, within: std::time::Duration) -> crate::
          debugger) or stuck. `umount -l {p}` detaches the mount{abort}",
         within.as_secs()
     ))
+}
+
+/// Closes (or, with `libc::CLOSE_RANGE_CLOEXEC` in `flags`, marks close-on-exec) every
+/// descriptor from `from` up but `keep`. Async-signal-safe: for a child between fork and exec.
+pub fn close_all_but(from: libc::c_uint, keep: libc::c_uint, flags: libc::c_uint) {
+    for (first, last) in [
+        (from, keep.saturating_sub(1)),
+        (keep + 1, libc::c_uint::MAX),
+    ] {
+        if first <= last && first != keep {
+            // SAFETY: plain syscall on descriptor numbers; a kernel without it leaves them.
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) };
+        }
+    }
 }
 
 /// Is this how a FUSE mount whose daemon is gone answers? ENOTCONN once the kernel has torn
